@@ -1,0 +1,113 @@
+#include "loader/dataset.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "loader/error.h"
+
+namespace loader {
+
+std::vector<Value> Dataset::get_batch(const IndexBatch& indices) {
+  std::vector<Value> out;
+  out.reserve(indices.size());
+  for (int64_t i : indices) out.push_back(get(i));
+  return out;
+}
+
+namespace {
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, MapDatasetFactory> map_style;
+  std::map<std::string, IterableDatasetFactory> iterable;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+std::string known_types() {
+  auto names = registered_dataset_types();
+  if (names.empty()) return "none";
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+template <class Factory>
+Factory find_factory(std::map<std::string, Factory>& m, const std::string& type) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = m.find(type);
+  return it == m.end() ? Factory{} : it->second;
+}
+
+template <class Result, class Factory>
+std::shared_ptr<Result> build(const Factory& f, const DatasetHandle& h, const char* kind) {
+  if (!f) {
+    throw ValueError(std::string("unknown ") + kind + " dataset type '" + h.type +
+                     "': register it with LOADER_REGISTER_DATASET (or register_dataset) in the "
+                     "program before creating the DataLoader; registered types: " + known_types());
+  }
+  std::shared_ptr<Result> ds;
+  try {
+    ds = f(h.params);
+  } catch (const Error& e) {
+    throw_error(e.python_type(), "dataset '" + h.type + "' rejected its parameters " +
+                                     h.params.repr() + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw ValueError("dataset '" + h.type + "' rejected its parameters " + h.params.repr() + ": " +
+                     e.what());
+  }
+  if (!ds) throw ValueError("dataset factory '" + h.type + "' returned null");
+  ds->set_handle(h);
+  return ds;
+}
+}  // namespace
+
+void register_dataset(const std::string& type, MapDatasetFactory factory) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.map_style[type] = std::move(factory);
+}
+
+void register_iterable_dataset(const std::string& type, IterableDatasetFactory factory) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.iterable[type] = std::move(factory);
+}
+
+bool is_registered_dataset(const std::string& type) {
+  return static_cast<bool>(find_factory(registry().map_style, type));
+}
+
+bool is_registered_iterable_dataset(const std::string& type) {
+  return static_cast<bool>(find_factory(registry().iterable, type));
+}
+
+std::shared_ptr<Dataset> make_dataset(const DatasetHandle& handle) {
+  if (is_registered_iterable_dataset(handle.type) && !is_registered_dataset(handle.type))
+    throw ValueError("dataset type '" + handle.type +
+                     "' is iterable-style; use make_iterable_dataset");
+  return build<Dataset>(find_factory(registry().map_style, handle.type), handle, "map-style");
+}
+
+std::shared_ptr<IterableDataset> make_iterable_dataset(const DatasetHandle& handle) {
+  if (is_registered_dataset(handle.type) && !is_registered_iterable_dataset(handle.type))
+    throw ValueError("dataset type '" + handle.type + "' is map-style; use make_dataset");
+  return build<IterableDataset>(find_factory(registry().iterable, handle.type), handle, "iterable");
+}
+
+std::vector<std::string> registered_dataset_types() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> names;
+  for (const auto& kv : r.map_style) names.push_back(kv.first);
+  for (const auto& kv : r.iterable) names.push_back(kv.first);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+}  // namespace loader

@@ -1,0 +1,108 @@
+// Datasets: map-style (`get(index)`, `size()`) and iterable-style (a stream).
+//
+// Worker processes cannot receive a C++ object, so a dataset that is to be loaded
+// with num_workers > 0 is built from a *handle*: a registered type name plus its
+// parameters.  The child process calls the same factory with the same parameters
+// (the C++ counterpart of pickling the dataset for `spawn`).
+//
+//   class Squares : public loader::Dataset {
+//    public:
+//     explicit Squares(int64_t n) : n_(n) {}
+//     loader::Value get(int64_t i) override { return loader::Value(i * i); }
+//     int64_t size() const override { return n_; }
+//    private:
+//     int64_t n_;
+//   };
+//   LOADER_REGISTER_DATASET("squares", [](const loader::Value& p) {
+//     return std::make_shared<Squares>(p.at("n").to_int()); });
+//
+//   auto ds = loader::make_dataset({"squares", loader::Value::dict({{"n", 100}})});
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loader/sampler.h"
+#include "loader/value.h"
+
+namespace loader {
+
+/// A registered dataset type plus its parameters: what a worker needs to rebuild it.
+struct DatasetHandle {
+  std::string type;
+  Value params;  ///< usually a string-keyed dict; must contain no custom objects
+};
+
+/// Common base: remembers the handle the dataset was made from (if any).
+class DatasetBase {
+ public:
+  virtual ~DatasetBase() = default;
+  const std::optional<DatasetHandle>& handle() const noexcept { return handle_; }
+  void set_handle(DatasetHandle h) { handle_ = std::move(h); }
+
+ private:
+  std::optional<DatasetHandle> handle_;
+};
+
+/// Map-style dataset (PyTorch's Dataset with __getitem__ and __len__).
+class Dataset : public DatasetBase {
+ public:
+  virtual Value get(int64_t index) = 0;
+  virtual int64_t size() const = 0;
+  /// Fetches a whole batch of samples (PyTorch's optional __getitems__).  The
+  /// default calls get() for each index; override it when a batch can be read
+  /// faster than its samples one by one.
+  virtual std::vector<Value> get_batch(const IndexBatch& indices);
+};
+
+/// Iterable-style dataset (PyTorch's IterableDataset).  Inside a worker,
+/// get_worker_info() tells which share of the stream this copy should produce.
+class IterableDataset : public DatasetBase {
+ public:
+  virtual std::unique_ptr<Cursor<Value>> iter() = 0;
+  /// __len__, when the stream knows its length (used by len(DataLoader)).
+  virtual std::optional<int64_t> size() const { return std::nullopt; }
+};
+
+// ------------------------------------------------------------------ registry
+using MapDatasetFactory = std::function<std::shared_ptr<Dataset>(const Value& params)>;
+using IterableDatasetFactory = std::function<std::shared_ptr<IterableDataset>(const Value& params)>;
+
+/// Registers a dataset type.  Registering a name twice replaces the factory.
+void register_dataset(const std::string& type, MapDatasetFactory factory);
+void register_iterable_dataset(const std::string& type, IterableDatasetFactory factory);
+bool is_registered_dataset(const std::string& type);
+bool is_registered_iterable_dataset(const std::string& type);
+/// Builds a dataset from its handle and records the handle on it.  Throws
+/// ValueError naming the type (and the registered ones) when it is unknown, or
+/// wrapping the factory's own error when the parameters are bad.
+std::shared_ptr<Dataset> make_dataset(const DatasetHandle& handle);
+std::shared_ptr<IterableDataset> make_iterable_dataset(const DatasetHandle& handle);
+/// Names of all registered dataset types, sorted.
+std::vector<std::string> registered_dataset_types();
+
+namespace detail {
+struct DatasetRegistrar {
+  DatasetRegistrar(const char* type, MapDatasetFactory f) { register_dataset(type, std::move(f)); }
+  DatasetRegistrar(const char* type, IterableDatasetFactory f) {
+    register_iterable_dataset(type, std::move(f));
+  }
+};
+}  // namespace detail
+
+#define LOADER_CONCAT_INNER(a, b) a##b
+#define LOADER_CONCAT(a, b) LOADER_CONCAT_INNER(a, b)
+/// Registers a map-style dataset factory at static-initialisation time.
+#define LOADER_REGISTER_DATASET(type, ...)                                                   \
+  static ::loader::detail::DatasetRegistrar LOADER_CONCAT(loader_dataset_registrar_, __LINE__)( \
+      type, ::loader::MapDatasetFactory(__VA_ARGS__))
+/// Registers an iterable dataset factory at static-initialisation time.
+#define LOADER_REGISTER_ITERABLE_DATASET(type, ...)                                          \
+  static ::loader::detail::DatasetRegistrar LOADER_CONCAT(loader_dataset_registrar_, __LINE__)( \
+      type, ::loader::IterableDatasetFactory(__VA_ARGS__))
+
+}  // namespace loader

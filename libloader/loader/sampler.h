@@ -1,0 +1,74 @@
+// Samplers: what order a DataLoader visits a dataset in.
+//
+// A sampler is restartable: each `iter()` starts one pass (one epoch), like
+// Python's `iter(sampler)`.  Work a pass does (seed draws, permutations) happens
+// lazily at the first `next()`, as in PyTorch's generator-based `__iter__`, so the
+// draw order matches PyTorch's exactly.
+//
+// Writing your own: derive from `Sampler` (yields indices) or `BatchSamplerBase`
+// (yields lists of indices) and implement `iter()` and, when known, `size()`.
+//
+//   class EveryOther : public loader::Sampler {
+//    public:
+//     explicit EveryOther(int64_t n) : n_(n) {}
+//     std::unique_ptr<loader::Cursor<int64_t>> iter() override {
+//       return loader::make_cursor<int64_t>([i = int64_t{0}, n = n_]() mutable
+//           -> std::optional<int64_t> { if (i >= n) return std::nullopt; int64_t r = i; i += 2; return r; });
+//     }
+//     std::optional<int64_t> size() const override { return (n_ + 1) / 2; }
+//    private:
+//     int64_t n_;
+//   };
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace loader {
+
+/// One pass over a sequence: next() returns the next element or nullopt at the end.
+template <class T>
+class Cursor {
+ public:
+  virtual ~Cursor() = default;
+  virtual std::optional<T> next() = 0;
+};
+
+/// A cursor from a callable returning std::optional<T>.
+template <class T, class F>
+class FunctionCursor final : public Cursor<T> {
+ public:
+  explicit FunctionCursor(F f) : f_(std::move(f)) {}
+  std::optional<T> next() override { return f_(); }
+
+ private:
+  F f_;
+};
+
+template <class T, class F>
+std::unique_ptr<Cursor<T>> make_cursor(F f) {
+  return std::make_unique<FunctionCursor<T, F>>(std::move(f));
+}
+
+/// A restartable source of T (PyTorch's `Sampler[T]`).
+template <class T>
+class SamplerOf {
+ public:
+  virtual ~SamplerOf() = default;
+  /// Starts a new pass.
+  virtual std::unique_ptr<Cursor<T>> iter() = 0;
+  /// len(sampler), or nullopt when the sampler has no length.
+  virtual std::optional<int64_t> size() const { return std::nullopt; }
+};
+
+using IndexBatch = std::vector<int64_t>;
+/// Yields dataset indices.
+using Sampler = SamplerOf<int64_t>;
+/// Yields lists of indices, one list per batch (PyTorch's `Sampler[List[int]]`).
+using BatchSamplerBase = SamplerOf<IndexBatch>;
+
+}  // namespace loader

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build, test and run loader.
+# Idempotent: a no-op (well under a second) when everything is there.  Run as root.
+set -euo pipefail
+pkgs=(build-essential cmake libcaf-dev libboost-dev libgtest-dev libdlpack-dev zlib1g-dev
+      nlohmann-json3-dev libeigen3-dev libopenblas-dev
+      python3-torch python3-numpy python3-matplotlib
+      dataset-fashion-mnist clang libclang-rt-14-dev procps)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
