@@ -15,6 +15,11 @@ std::vector<Value> Dataset::get_batch(const IndexBatch& indices) {
   return out;
 }
 
+void Dataset::get_into(int64_t index, void* const* /*leaves*/) {
+  throw NotImplementedError("dataset returns a sample_spec() but does not implement get_into() (index " +
+                            std::to_string(index) + ")");
+}
+
 namespace {
 struct Registry {
   std::mutex mu;

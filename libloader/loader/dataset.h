@@ -57,6 +57,19 @@ class Dataset : public DatasetBase {
   /// default calls get() for each index; override it when a batch can be read
   /// faster than its samples one by one.
   virtual std::vector<Value> get_batch(const IndexBatch& indices);
+
+  /// Optional fast path for fixed-layout samples.  A dataset whose samples all have
+  /// the same structure, dtypes and shapes may describe one sample here: a Value
+  /// whose tensors give dtype and shape (their contents are ignored; numbers must
+  /// be given as 0-dim tensors).  With the default collate, the batch tensors are
+  /// then allocated once (in a worker: in its shared-memory slab) and get_into()
+  /// writes each sample straight into its row: no per-sample tensors, one write.
+  /// The batch must equal default_collate of get() for the same indices.
+  virtual std::optional<Value> sample_spec() const { return std::nullopt; }
+  /// Writes sample `index` into `leaves[k]`, the contiguous row of the k-th tensor
+  /// of sample_spec() (in Value::for_each_tensor order).  Called only when
+  /// sample_spec() returns a value.
+  virtual void get_into(int64_t index, void* const* leaves);
 };
 
 /// Iterable-style dataset (PyTorch's IterableDataset).  Inside a worker,

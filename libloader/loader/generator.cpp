@@ -4,10 +4,17 @@
 
 namespace loader {
 
-Generator& default_generator() {
-  thread_local Generator g;
-  return g;
+namespace {
+thread_local Generator* tls_override = nullptr;
 }
+
+Generator& default_generator() {
+  static Generator global;
+  return tls_override ? *tls_override : global;
+}
+
+DefaultGeneratorScope::DefaultGeneratorScope(Generator& g) : previous_(tls_override) { tls_override = &g; }
+DefaultGeneratorScope::~DefaultGeneratorScope() { tls_override = previous_; }
 
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 

@@ -55,12 +55,26 @@ class Generator {
   uint64_t initial_seed_ = kDefaultSeed;
 };
 
-/// The default generator (torch's default CPU generator).  It is per thread: the main
-/// thread's is the one PyTorch code would use; each worker (process or in-process
-/// thread) seeds its own with its worker seed, as torch.manual_seed does in a worker.
+/// The default generator (torch's default CPU generator), shared by the process like
+/// PyTorch's.  Not synchronised: while an epoch with workers runs, the runtime's
+/// sampler actor draws from it (when no generator was given), so do not draw from
+/// it concurrently.  A worker (a child process, or an in-process worker thread with
+/// a DefaultGeneratorScope) has its own, seeded with its worker seed.
 Generator& default_generator();
 /// torch.manual_seed(seed): re-seeds the default generator.
 void manual_seed(uint64_t seed);
+
+/// Makes `g` the calling thread's default_generator() for the scope's lifetime.
+class DefaultGeneratorScope {
+ public:
+  explicit DefaultGeneratorScope(Generator& g);
+  ~DefaultGeneratorScope();
+  DefaultGeneratorScope(const DefaultGeneratorScope&) = delete;
+  DefaultGeneratorScope& operator=(const DefaultGeneratorScope&) = delete;
+
+ private:
+  Generator* previous_;
+};
 
 /// torch.randperm(n, generator=g) (CPU, int64), the recipe above.
 std::vector<int64_t> randperm(int64_t n, Generator& g);

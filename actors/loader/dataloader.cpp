@@ -1,0 +1,199 @@
+#include "loader/dataloader.h"
+
+#include "loader/error.h"
+#include "loader/runtime/epoch.h"
+#include "loader/samplers.h"
+#include "loader/warnings.h"
+
+namespace loader {
+
+CollateFn LoaderState::collate() const {
+  if (options.collate_fn) return options.collate_fn;
+  if (!options.collate_fn_name.empty()) return find_collate_fn(options.collate_fn_name);
+  return {};
+}
+
+Generator& LoaderState::generator() const {
+  return options.generator ? *options.generator : default_generator();
+}
+
+// ------------------------------------------------------------------ single process
+namespace {
+class SingleProcessEpoch final : public EpochBackend {
+ public:
+  explicit SingleProcessEpoch(LoaderState& s) : state_(s) {
+    if (s.options.worker_init_fn) {
+      // PyTorch ignores worker_init_fn with num_workers = 0; so do we.
+    }
+    if (s.dataset) {
+      tasks_.emplace(s.batch_sampler, s.sampler);
+      map_fetcher_.emplace(s.dataset, s.auto_collation, s.collate());
+    } else {
+      iter_fetcher_.emplace(s.iterable, s.auto_collation, s.collate(), s.options.drop_last);
+    }
+  }
+
+  std::optional<Value> next() override {
+    if (map_fetcher_) {
+      auto indices = tasks_->next();
+      if (!indices) return std::nullopt;
+      return map_fetcher_->fetch(*indices);
+    }
+    size_t n = static_cast<size_t>(state_.options.batch_size.value_or(1));
+    return iter_fetcher_->fetch(n);
+  }
+
+ private:
+  LoaderState& state_;
+  std::optional<TaskSource> tasks_;
+  std::optional<MapFetcher> map_fetcher_;
+  std::optional<IterableFetcher> iter_fetcher_;
+};
+}  // namespace
+
+std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state) {
+  return std::make_unique<SingleProcessEpoch>(state);
+}
+
+// ------------------------------------------------------------------ DataLoader
+static std::shared_ptr<LoaderState> make_state(DataLoaderOptions options, bool iterable) {
+  validate_options(options, iterable);
+  auto s = std::make_shared<LoaderState>();
+  s->options = std::move(options);
+  s->auto_collation = s->options.batch_sampler || s->options.batch_size.has_value();
+  return s;
+}
+
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options)
+    : state_(make_state(std::move(options), false)) {
+  if (!dataset) throw ValueError("DataLoader: dataset is null");
+  auto& s = *state_;
+  s.dataset = std::move(dataset);
+  const auto& o = s.options;
+  if (o.sampler) {
+    s.sampler = o.sampler;
+  } else if (o.shuffle.value_or(false)) {
+    s.sampler = std::make_shared<RandomSampler>(s.dataset, false, std::nullopt, o.generator);
+  } else {
+    s.sampler = std::make_shared<SequentialSampler>(s.dataset);
+  }
+  if (o.batch_sampler) {
+    s.batch_sampler = o.batch_sampler;
+  } else if (o.batch_size) {
+    s.batch_sampler = std::make_shared<BatchSampler>(s.sampler, *o.batch_size, o.drop_last);
+  }
+  if (o.num_workers > 0 && !s.dataset->handle())
+    throw ValueError(
+        "num_workers > 0 needs a dataset that worker processes can rebuild: register its type "
+        "with LOADER_REGISTER_DATASET and create it with loader::make_dataset({type, params}) "
+        "(or use num_workers=0)");
+}
+
+DataLoader::DataLoader(std::shared_ptr<IterableDataset> dataset, DataLoaderOptions options)
+    : state_(make_state(std::move(options), true)) {
+  if (!dataset) throw ValueError("DataLoader: dataset is null");
+  state_->iterable = std::move(dataset);
+  if (state_->options.num_workers > 0 && !state_->iterable->handle())
+    throw ValueError(
+        "num_workers > 0 needs a dataset that worker processes can rebuild: register its type "
+        "with LOADER_REGISTER_ITERABLE_DATASET and create it with loader::make_iterable_dataset"
+        "({type, params}) (or use num_workers=0)");
+}
+
+DataLoader::~DataLoader() {
+  if (state_) shutdown();
+}
+DataLoader::DataLoader(DataLoader&&) noexcept = default;
+DataLoader& DataLoader::operator=(DataLoader&& o) noexcept {
+  if (this != &o) {
+    if (state_) shutdown();
+    state_ = std::move(o.state_);
+  }
+  return *this;
+}
+
+const DataLoaderOptions& DataLoader::options() const { return state_->options; }
+bool DataLoader::is_iterable() const { return static_cast<bool>(state_->iterable); }
+std::shared_ptr<Sampler> DataLoader::sampler() const { return state_->sampler; }
+std::shared_ptr<BatchSamplerBase> DataLoader::batch_sampler() const { return state_->batch_sampler; }
+
+void DataLoader::shutdown() { state_->persistent_pool.reset(); }
+
+DataLoader::Iterator DataLoader::iter() {
+  auto& s = *state_;
+  std::unique_ptr<EpochBackend> backend;
+  if (s.options.num_workers == 0) {
+    (void)s.generator().random_int64();  // base_seed: drawn even with 0 workers, as PyTorch does
+    backend = make_single_process_epoch(s);
+  } else {
+    // Persistent workers draw base_seed once, when they are created.
+    uint64_t base_seed = 0;
+    if (!s.options.persistent_workers || !s.persistent_pool)
+      base_seed = static_cast<uint64_t>(s.generator().random_int64());
+    backend = runtime::make_multi_process_epoch(state_, base_seed);
+  }
+  return Iterator(std::move(backend), state_);
+}
+
+int64_t DataLoader::size() {
+  auto& s = *state_;
+  if (s.iterable) {
+    auto n = s.iterable->size();
+    if (!n) throw TypeError("object of type 'IterableDataset' has no len()");
+    s.iterable_len_called = *n;
+    int64_t len = *n;
+    if (s.options.batch_size) {
+      int64_t b = *s.options.batch_size;
+      len = s.options.drop_last ? len / b : (len + b - 1) / b;
+    }
+    return len;
+  }
+  auto n = s.batch_sampler ? s.batch_sampler->size() : s.sampler->size();
+  if (!n) throw TypeError("object of type 'Sampler' has no len()");
+  return *n;
+}
+
+// ------------------------------------------------------------------ Iterator
+DataLoader::Iterator::Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state)
+    : backend_(std::move(backend)), state_(std::move(state)) {}
+DataLoader::Iterator::Iterator(Iterator&&) noexcept = default;
+DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&&) noexcept = default;
+DataLoader::Iterator::~Iterator() = default;
+
+std::optional<Value> DataLoader::Iterator::next() {
+  if (!backend_) return std::nullopt;
+  auto batch = backend_->next();
+  if (!batch) {
+    backend_.reset();  // ends the epoch: workers released now, not at destruction
+    return std::nullopt;
+  }
+  ++yielded_;
+  if (state_->iterable && state_->iterable_len_called && yielded_ > *state_->iterable_len_called) {
+    warn("Length of IterableDataset " + state_->iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type +
+         " was reported to be " + std::to_string(*state_->iterable_len_called) +
+         " (when accessing len(dataloader)), but " + std::to_string(yielded_) +
+         " samples have been fetched. For multiprocessing data-loading, this could be caused by not "
+         "properly configuring the IterableDataset replica at each worker. Please see "
+         "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset for examples.");
+  }
+  return batch;
+}
+
+std::vector<int> DataLoader::Iterator::worker_pids() {
+  return backend_ ? backend_->worker_pids() : std::vector<int>{};
+}
+
+DataLoader::RangeIterator::RangeIterator(std::shared_ptr<Iterator> it) : it_(std::move(it)) {
+  current_ = it_->next();
+}
+
+DataLoader::RangeIterator& DataLoader::RangeIterator::operator++() {
+  current_ = it_->next();
+  return *this;
+}
+
+DataLoader::RangeIterator DataLoader::begin() {
+  return RangeIterator(std::make_shared<Iterator>(iter()));
+}
+
+}  // namespace loader

@@ -1,0 +1,115 @@
+// DataLoader: torch.utils.data.DataLoader in C++.
+//
+//   auto ds = loader::make_dataset({"fashion_mnist", loader::Value::dict({{"train", true}})});
+//   loader::DataLoaderOptions opts;
+//   opts.batch_size = 128;
+//   opts.shuffle = true;
+//   opts.num_workers = 2;          // child processes, batches through shared memory
+//   loader::DataLoader dl(ds, opts);
+//   for (int epoch = 0; epoch < 3; ++epoch)
+//     for (loader::Value& batch : dl) {
+//       const loader::Tensor& images = batch[0].to_tensor();   // zero-copy view
+//       ...
+//     }
+//
+// With num_workers > 0 the dataset must have been made from a handle
+// (make_dataset), so worker processes can rebuild it; the program's main() must
+// call loader::runtime::run_worker_if_requested first (see worker_main.h).
+// The header carries no CAF or Boost types: the actor system is hidden inside.
+#pragma once
+
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "loader/dataloader_options.h"
+#include "loader/dataset.h"
+#include "loader/value.h"
+
+namespace loader {
+
+class EpochBackend;  // one pass over the data (single-process or actor runtime)
+class LoaderState;   // what the loader shares with its epochs
+
+class DataLoader {
+ public:
+  /// Map-style dataset.  Throws ValueError/TypeError on invalid options, with PyTorch's wording.
+  DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions options = {});
+  /// Iterable-style dataset.
+  DataLoader(std::shared_ptr<IterableDataset> dataset, DataLoaderOptions options = {});
+  ~DataLoader();
+  DataLoader(DataLoader&&) noexcept;
+  DataLoader& operator=(DataLoader&&) noexcept;
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  /// One epoch, as Python's iter(loader).  Only one epoch of a loader runs at a
+  /// time: starting a new one ends the previous one.
+  class Iterator {
+   public:
+    Iterator(Iterator&&) noexcept;
+    Iterator& operator=(Iterator&&) noexcept;
+    ~Iterator();
+    /// The next batch, or nullopt at the end of the epoch.  A batch whose loading
+    /// failed throws here (with the worker and the original message); calling
+    /// next() again continues with the following batch, as in PyTorch.
+    std::optional<Value> next();
+    /// Batches delivered so far in this epoch.
+    int64_t batches_yielded() const noexcept { return yielded_; }
+    /// Pids of the worker processes serving this epoch (-1 for an in-process
+    /// worker or one not running); empty with num_workers = 0 or after the end.
+    std::vector<int> worker_pids();
+
+   private:
+    friend class DataLoader;
+    Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state);
+    std::unique_ptr<EpochBackend> backend_;
+    std::shared_ptr<LoaderState> state_;
+    int64_t yielded_ = 0;
+  };
+
+  Iterator iter();
+
+  /// Range-for support: `for (loader::Value& batch : loader)` runs one epoch.
+  class RangeIterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Value;
+    using difference_type = std::ptrdiff_t;
+    using pointer = Value*;
+    using reference = Value&;
+    RangeIterator() = default;
+    explicit RangeIterator(std::shared_ptr<Iterator> it);
+    Value& operator*() { return *current_; }
+    Value* operator->() { return &*current_; }
+    RangeIterator& operator++();
+    bool operator==(const RangeIterator& o) const { return done() == o.done(); }
+    bool operator!=(const RangeIterator& o) const { return !(*this == o); }
+
+   private:
+    bool done() const { return !current_.has_value(); }
+    std::shared_ptr<Iterator> it_;
+    std::optional<Value> current_;
+  };
+  RangeIterator begin();
+  RangeIterator end() { return RangeIterator(); }
+
+  /// len(loader): batches per epoch (or samples without auto-batching).  TypeError
+  /// for an iterable dataset without a length.
+  int64_t size();
+
+  const DataLoaderOptions& options() const;
+  bool is_iterable() const;
+  /// The sampler and batch sampler in use (null for iterable datasets / no batching).
+  std::shared_ptr<Sampler> sampler() const;
+  std::shared_ptr<BatchSamplerBase> batch_sampler() const;
+  /// Shuts down persistent workers now (also done by the destructor).
+  void shutdown();
+
+ private:
+  std::shared_ptr<LoaderState> state_;
+};
+
+}  // namespace loader

@@ -1,0 +1,56 @@
+// Internal: what a DataLoader shares with its epochs, and the epoch interface that
+// the single-process path and the actor runtime implement.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "loader/dataloader_options.h"
+#include "loader/dataset.h"
+#include "loader/fetch.h"
+#include "loader/value.h"
+
+namespace loader {
+
+namespace runtime {
+class WorkerPool;
+}
+
+/// One pass over the data.
+class EpochBackend {
+ public:
+  virtual ~EpochBackend() = default;
+  /// Next batch, nullopt at the end; throws for a batch that failed.
+  virtual std::optional<Value> next() = 0;
+  /// Pids of the worker processes serving this epoch (empty without workers).
+  virtual std::vector<int> worker_pids() { return {}; }
+};
+
+/// State of one DataLoader, shared with its live epoch.
+class LoaderState {
+ public:
+  std::shared_ptr<Dataset> dataset;            // map-style, or
+  std::shared_ptr<IterableDataset> iterable;   // iterable-style
+  DataLoaderOptions options;
+  std::shared_ptr<Sampler> sampler;            // map-style only
+  std::shared_ptr<BatchSamplerBase> batch_sampler;  // when auto-collation
+  bool auto_collation = true;
+  std::optional<int64_t> iterable_len_called;  // len(dataset) once len(loader) was asked
+  /// The worker processes kept between epochs (persistent_workers) or of the live epoch.
+  std::shared_ptr<runtime::WorkerPool> persistent_pool;
+  /// The collate function to use in this process.
+  CollateFn collate() const;
+  Generator& generator() const;
+};
+
+/// num_workers == 0: fetch in the calling thread.
+std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state);
+
+namespace runtime {
+/// num_workers > 0: the actor runtime with worker processes (runtime.cpp).
+std::unique_ptr<EpochBackend> make_multi_process_epoch(const std::shared_ptr<LoaderState>& state,
+                                                       uint64_t base_seed);
+}  // namespace runtime
+
+}  // namespace loader

@@ -1,0 +1,49 @@
+#include "loader/runtime/task_dispatcher.h"
+
+namespace loader::runtime {
+
+TaskDispatcher::TaskDispatcher(int num_workers, int prefetch_factor, uint64_t first_task)
+    : num_workers_(num_workers),
+      max_in_flight_(static_cast<uint64_t>(prefetch_factor) * static_cast<uint64_t>(num_workers)),
+      next_task_(first_task) {
+  for (int w = 0; w < num_workers; ++w) active_.insert(w);
+}
+
+bool TaskDispatcher::can_send() const { return !active_.empty() && in_flight() < max_in_flight_; }
+
+std::optional<std::pair<uint64_t, int>> TaskDispatcher::assign() {
+  if (!can_send()) return std::nullopt;
+  for (int tries = 0; tries < num_workers_; ++tries) {
+    int w = cursor_;
+    cursor_ = (cursor_ + 1) % num_workers_;
+    if (active_.count(w)) {
+      uint64_t task = next_task_++;
+      ++sent_;
+      unfinished_[task] = w;
+      return std::make_pair(task, w);
+    }
+  }
+  return std::nullopt;
+}
+
+void TaskDispatcher::on_delivered() {
+  if (delivered_ < sent_) ++delivered_;
+}
+
+void TaskDispatcher::deactivate(int worker) { active_.erase(worker); }
+
+void TaskDispatcher::on_finished(uint64_t task) { unfinished_.erase(task); }
+
+std::vector<uint64_t> TaskDispatcher::unfinished_tasks_of(int worker) const {
+  std::vector<uint64_t> out;
+  for (const auto& [task, w] : unfinished_)
+    if (w == worker) out.push_back(task);
+  return out;
+}
+
+int TaskDispatcher::worker_of(uint64_t task) const {
+  auto it = unfinished_.find(task);
+  return it == unfinished_.end() ? -1 : it->second;
+}
+
+}  // namespace loader::runtime

@@ -1,0 +1,58 @@
+// TaskDispatcher: the sampler's bookkeeping, exactly PyTorch's _try_put_index.
+//
+//   TaskDispatcher d(/*num_workers=*/2, /*prefetch_factor=*/2, /*first_task=*/0);
+//   while (d.can_send()) { auto [task, worker] = *d.assign(); send(worker, task, indices); }
+//   d.on_delivered();          // the application took a batch: one credit back
+//
+// Invariant: tasks sent but not yet delivered to the application (or skipped) never
+// exceed prefetch_factor * num_workers.  Workers are picked round-robin over the
+// active ones, continuing the cycle where it stopped, so while all are active task
+// i goes to worker i mod W.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace loader::runtime {
+
+class TaskDispatcher {
+ public:
+  TaskDispatcher(int num_workers, int prefetch_factor, uint64_t first_task = 0);
+
+  /// True while another task may be sent (credits left and a worker is active).
+  bool can_send() const;
+  /// Assigns the next task index to the next active worker; nullopt when none is active.
+  std::optional<std::pair<uint64_t, int>> assign();
+  /// The application received a batch (or a task was skipped): returns a credit.
+  void on_delivered();
+  /// `worker` will get no more tasks (its iterable ran dry, or it died for good).
+  void deactivate(int worker);
+  /// A task finished at its worker (result or error received).
+  void on_finished(uint64_t task);
+
+  int active_workers() const { return static_cast<int>(active_.size()); }
+  bool is_active(int worker) const { return active_.count(worker) > 0; }
+  uint64_t in_flight() const { return sent_ - delivered_; }
+  uint64_t max_in_flight() const { return max_in_flight_; }
+  uint64_t next_task() const { return next_task_; }
+  /// Tasks sent to `worker` whose results have not arrived yet, in task order.
+  std::vector<uint64_t> unfinished_tasks_of(int worker) const;
+  /// The worker task `task` was assigned to, or -1.
+  int worker_of(uint64_t task) const;
+
+ private:
+  int num_workers_;
+  uint64_t max_in_flight_;
+  uint64_t next_task_;
+  uint64_t sent_ = 0;
+  uint64_t delivered_ = 0;
+  int cursor_ = 0;  // next worker to try
+  std::set<int> active_;
+  std::map<uint64_t, int> unfinished_;  // task -> worker
+};
+
+}  // namespace loader::runtime

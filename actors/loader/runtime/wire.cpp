@@ -1,0 +1,171 @@
+#include "loader/runtime/wire.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "loader/error.h"
+#include "loader/value.h"
+
+namespace loader::runtime {
+
+const char* frame_type_name(FrameType t) {
+  switch (t) {
+    case FrameType::Init: return "Init";
+    case FrameType::AddSlab: return "AddSlab";
+    case FrameType::DropSlab: return "DropSlab";
+    case FrameType::Task: return "Task";
+    case FrameType::UseSlab: return "UseSlab";
+    case FrameType::Epoch: return "Epoch";
+    case FrameType::Shutdown: return "Shutdown";
+    case FrameType::Ready: return "Ready";
+    case FrameType::InitError: return "InitError";
+    case FrameType::Result: return "Result";
+    case FrameType::Need: return "Need";
+    case FrameType::TaskError: return "TaskError";
+    case FrameType::IterEnd: return "IterEnd";
+  }
+  return "?";
+}
+
+void put_u64(std::string& out, uint64_t v) { loader::put_u64(out, v); }
+
+void put_string(std::string& out, const std::string& s) {
+  put_u64(out, s.size());
+  out.append(s);
+}
+
+uint64_t Reader::u64() { return loader::get_u64(p_, end_); }
+
+std::string Reader::string() {
+  uint64_t n = u64();
+  if (n > remaining()) throw ValueError("frame: string of " + std::to_string(n) + " bytes overruns the frame");
+  std::string s(p_, n);
+  p_ += n;
+  return s;
+}
+
+std::string Reader::rest() {
+  std::string s(p_, remaining());
+  p_ = end_;
+  return s;
+}
+
+bool write_frame(int sock, FrameType type, const std::string& body, int fd) {
+  uint32_t len = static_cast<uint32_t>(body.size() + 1);
+  char header[5];
+  std::memcpy(header, &len, 4);
+  header[4] = static_cast<char>(type);
+  iovec iov[2] = {{header, 5}, {const_cast<char*>(body.data()), body.size()}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = body.empty() ? 1 : 2;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (fd >= 0) {
+    std::memset(control, 0, sizeof control);
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  size_t total = 5 + body.size();
+  size_t sent = 0;
+  bool first = true;
+  while (sent < total) {
+    ssize_t n;
+    if (first) {
+      n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    } else {
+      // Continue after a partial write (descriptor already sent with the first byte).
+      size_t off = sent;
+      if (off < 5) {
+        n = send(sock, header + off, 5 - off, MSG_NOSIGNAL);
+      } else {
+        n = send(sock, body.data() + (off - 5), total - off, MSG_NOSIGNAL);
+      }
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    first = false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+static ReadStatus read_exact(int sock, char* buf, size_t n, int* fd_out) {
+  size_t got = 0;
+  while (got < n) {
+    iovec iov{buf + got, n - got};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    if (fd_out) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+    }
+    ssize_t r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ReadStatus::Error;
+    }
+    if (r == 0) return ReadStatus::Eof;
+    if (fd_out) {
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+          if (*fd_out >= 0) close(*fd_out);
+          *fd_out = fd;
+        }
+      }
+    }
+    got += static_cast<size_t>(r);
+  }
+  return ReadStatus::Ok;
+}
+
+ReadStatus read_frame(int sock, Frame& out, int timeout_ms) {
+  pollfd p{sock, POLLIN, 0};
+  while (true) {
+    int r = poll(&p, 1, timeout_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ReadStatus::Error;
+    if (r == 0) return ReadStatus::Timeout;
+    break;
+  }
+  char header[5];
+  int fd = -1;
+  ReadStatus st = read_exact(sock, header, 5, &fd);
+  if (st != ReadStatus::Ok) {
+    if (fd >= 0) close(fd);
+    return st;
+  }
+  uint32_t len;
+  std::memcpy(&len, header, 4);
+  if (len == 0 || len > (1u << 30)) {
+    if (fd >= 0) close(fd);
+    return ReadStatus::Error;
+  }
+  out.type = static_cast<FrameType>(static_cast<uint8_t>(header[4]));
+  out.body.resize(len - 1);
+  if (len > 1) {
+    st = read_exact(sock, out.body.data(), len - 1, nullptr);
+    if (st != ReadStatus::Ok) {
+      if (fd >= 0) close(fd);
+      return st == ReadStatus::Eof ? ReadStatus::Error : st;
+    }
+  }
+  out.fd = fd;
+  return ReadStatus::Ok;
+}
+
+}  // namespace loader::runtime

@@ -1,0 +1,67 @@
+// The parent <-> worker-process link: length-prefixed frames over a Unix stream
+// socket, with file descriptors (shared-memory slabs) passed as SCM_RIGHTS.
+//
+// Frame: u32 length of (type + body), u8 type, body.  Bodies are built with
+// put_u64 / put_string and read with the Reader below.  The same frames would run
+// over TCP to a worker on another host, with batches inline instead of in slabs
+// (docs/architecture.md, "Workers on other hosts").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loader::runtime {
+
+enum class FrameType : uint8_t {
+  // parent -> worker
+  Init = 1,      ///< WorkerConfig (encoded Value)
+  AddSlab = 2,   ///< slab id, size; carries the segment's descriptor
+  DropSlab = 3,  ///< slab id
+  Task = 4,      ///< task index, slab id, indices
+  UseSlab = 5,   ///< task index, slab id: retry a task whose batch did not fit
+  Epoch = 6,     ///< epoch number: restart iterable streams (persistent workers)
+  Shutdown = 7,
+  // worker -> parent
+  Ready = 64,     ///< pid
+  InitError = 65, ///< error type, message (dataset could not be built, worker_init_fn threw)
+  Result = 66,    ///< task index, slab id, bytes used, encoded batch
+  Need = 67,      ///< task index, bytes: the batch needs a larger slab
+  TaskError = 68, ///< task index, error type, message
+  IterEnd = 69,   ///< task index: the worker's iterable stream is exhausted
+};
+
+const char* frame_type_name(FrameType t);
+
+struct Frame {
+  FrameType type = FrameType::Shutdown;
+  std::string body;
+  int fd = -1;  ///< a received descriptor (caller owns it), or -1
+};
+
+/// Writes one frame (and optionally passes `fd`).  Returns false when the peer is gone.
+bool write_frame(int sock, FrameType type, const std::string& body, int fd = -1);
+
+enum class ReadStatus { Ok, Eof, Timeout, Error };
+/// Reads one frame, waiting at most `timeout_ms` for its first byte (-1: forever).
+ReadStatus read_frame(int sock, Frame& out, int timeout_ms);
+
+/// Body helpers.
+void put_u64(std::string& out, uint64_t v);
+void put_string(std::string& out, const std::string& s);
+class Reader {
+ public:
+  explicit Reader(const std::string& body) : p_(body.data()), end_(body.data() + body.size()) {}
+  uint64_t u64();
+  std::string string();
+  /// The bytes not read yet.
+  std::string rest();
+  const char* pos() const { return p_; }
+  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+}  // namespace loader::runtime

@@ -1,0 +1,233 @@
+#include "loader/runtime/worker_core.h"
+
+#include "loader/collate.h"
+#include "loader/error.h"
+#include "loader/runtime/batch_codec.h"
+#include "loader/runtime/wire.h"
+
+namespace loader::runtime {
+
+Value WorkerConfig::to_value() const {
+  return Value::dict({{"worker_id", worker_id},
+                      {"num_workers", num_workers},
+                      {"seed", static_cast<int64_t>(seed)},
+                      {"dataset_type", dataset.type},
+                      {"dataset_params", dataset.params},
+                      {"iterable", iterable},
+                      {"auto_collation", auto_collation},
+                      {"batch_size", batch_size},
+                      {"drop_last", drop_last},
+                      {"collate_fn_name", collate_fn_name},
+                      {"worker_init_fn_name", worker_init_fn_name}});
+}
+
+WorkerConfig WorkerConfig::from_value(const Value& v) {
+  WorkerConfig c;
+  c.worker_id = static_cast<int>(v.at("worker_id").to_int());
+  c.num_workers = static_cast<int>(v.at("num_workers").to_int());
+  c.seed = static_cast<uint64_t>(v.at("seed").to_int());
+  c.dataset = DatasetHandle{v.at("dataset_type").to_string(), v.at("dataset_params")};
+  c.iterable = v.at("iterable").to_bool();
+  c.auto_collation = v.at("auto_collation").to_bool();
+  c.batch_size = v.at("batch_size").to_int();
+  c.drop_last = v.at("drop_last").to_bool();
+  c.collate_fn_name = v.at("collate_fn_name").to_string();
+  c.worker_init_fn_name = v.at("worker_init_fn_name").to_string();
+  return c;
+}
+
+std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
+  std::string body;
+  put_u64(body, r.task);
+  switch (r.kind) {
+    case WorkerReply::Kind::Result:
+      put_u64(body, r.slab);
+      put_u64(body, r.bytes);
+      body += r.payload;
+      return {static_cast<uint8_t>(FrameType::Result), body};
+    case WorkerReply::Kind::Need:
+      put_u64(body, r.bytes);
+      return {static_cast<uint8_t>(FrameType::Need), body};
+    case WorkerReply::Kind::Error:
+      put_string(body, r.error_type);
+      put_string(body, r.error_message);
+      return {static_cast<uint8_t>(FrameType::TaskError), body};
+    case WorkerReply::Kind::IterEnd: return {static_cast<uint8_t>(FrameType::IterEnd), body};
+  }
+  return {0, body};
+}
+
+WorkerReply decode_reply(uint8_t type, const std::string& body) {
+  Reader in(body);
+  WorkerReply r;
+  r.task = in.u64();
+  switch (static_cast<FrameType>(type)) {
+    case FrameType::Result:
+      r.kind = WorkerReply::Kind::Result;
+      r.slab = in.u64();
+      r.bytes = in.u64();
+      r.payload = in.rest();
+      break;
+    case FrameType::Need:
+      r.kind = WorkerReply::Kind::Need;
+      r.bytes = in.u64();
+      break;
+    case FrameType::TaskError:
+      r.kind = WorkerReply::Kind::Error;
+      r.error_type = in.string();
+      r.error_message = in.string();
+      break;
+    case FrameType::IterEnd: r.kind = WorkerReply::Kind::IterEnd; break;
+    default: throw RuntimeError(std::string("unexpected reply frame ") + frame_type_name(static_cast<FrameType>(type)));
+  }
+  return r;
+}
+
+namespace {
+/// Installs the worker's view of the world for the duration of one call: its
+/// default generator, its worker info.
+struct WorkerScope {
+  WorkerScope(Generator& g, const WorkerInfo& info) : gen(g), winfo(&info) {}
+  DefaultGeneratorScope gen;
+  WorkerInfoScope winfo;
+};
+}  // namespace
+
+WorkerCore::WorkerCore(const WorkerConfig& config) : config_(config), generator_(config.seed) {
+  info_.id = config.worker_id;
+  info_.num_workers = config.num_workers;
+  info_.seed = config.seed;
+  WorkerScope scope(generator_, info_);
+  CollateFn collate;
+  if (!config.collate_fn_name.empty()) collate = find_collate_fn(config.collate_fn_name);
+  if (config.iterable) {
+    info_.iterable_dataset = make_iterable_dataset(config.dataset);
+  } else {
+    info_.dataset = make_dataset(config.dataset);
+  }
+  if (!config.worker_init_fn_name.empty()) {
+    WorkerInitFn init = find_worker_init_fn(config.worker_init_fn_name);
+    init(config.worker_id);
+  }
+  // The fetcher is made after worker_init_fn, which may configure the dataset copy
+  // (PyTorch's docstring example 2 splits the stream there).
+  if (config.iterable) {
+    iter_fetcher_.emplace(info_.iterable_dataset, config.auto_collation, collate, config.drop_last);
+  } else {
+    map_fetcher_.emplace(info_.dataset, config.auto_collation, collate);
+  }
+}
+
+void WorkerCore::add_slab(uint64_t id, void* base, size_t size) { slabs_[id] = Slab{base, size}; }
+
+void WorkerCore::drop_slab(uint64_t id) { slabs_.erase(id); }
+
+void WorkerCore::reset_epoch() {
+  pending_.clear();
+  if (config_.iterable) {
+    WorkerScope scope(generator_, info_);
+    CollateFn collate;
+    if (!config_.collate_fn_name.empty()) collate = find_collate_fn(config_.collate_fn_name);
+    iter_fetcher_.emplace(info_.iterable_dataset, config_.auto_collation, collate, config_.drop_last);
+  }
+}
+
+WorkerReply WorkerCore::error_reply(uint64_t task, const std::string& type, const std::string& what) const {
+  WorkerReply r;
+  r.kind = WorkerReply::Kind::Error;
+  r.task = task;
+  r.error_type = type;
+  r.error_message = "Caught " + type + " in DataLoader worker process " + std::to_string(config_.worker_id) +
+                    ".\nOriginal Traceback (most recent call last):\n  (C++ worker, task " +
+                    std::to_string(task) + ")\n" + type + ": " + what;
+  return r;
+}
+
+WorkerReply WorkerCore::place(uint64_t task, const Value& batch, uint64_t slab) {
+  auto it = slab == 0 ? slabs_.end() : slabs_.find(slab);
+  SlabAllocator alloc(slab, it == slabs_.end() ? nullptr : it->second.base,
+                      it == slabs_.end() ? 0 : it->second.size);
+  Value placed = place_in_slab(batch, alloc);
+  WorkerReply r;
+  r.task = task;
+  r.slab = slab;
+  if (alloc.overflowed()) {
+    r.kind = WorkerReply::Kind::Need;
+    r.bytes = alloc.required();
+    pending_[task] = batch;
+    return r;
+  }
+  r.kind = WorkerReply::Kind::Result;
+  r.bytes = alloc.required();
+  r.payload = encode_batch(placed, slab);
+  return r;
+}
+
+WorkerReply WorkerCore::run_task(uint64_t task, const IndexBatch& indices, uint64_t slab) {
+  WorkerScope scope(generator_, info_);
+  auto it = slab == 0 ? slabs_.end() : slabs_.find(slab);
+  SlabAllocator alloc(slab, it == slabs_.end() ? nullptr : it->second.base,
+                      it == slabs_.end() ? 0 : it->second.size);
+  try {
+    Value batch;
+    {
+      AllocatorScope in_slab(alloc);
+      if (map_fetcher_) {
+        batch = map_fetcher_->fetch(indices);
+      } else {
+        auto b = iter_fetcher_->fetch(static_cast<size_t>(config_.auto_collation ? config_.batch_size : 1));
+        if (!b) {
+          WorkerReply r;
+          r.kind = WorkerReply::Kind::IterEnd;
+          r.task = task;
+          return r;
+        }
+        batch = std::move(*b);
+      }
+    }
+    if (!alloc.overflowed()) {
+      // Tensors collated in place stay; others (custom collate) are copied in.
+      Value placed = place_in_slab(batch, alloc);
+      if (!alloc.overflowed()) {
+        WorkerReply r;
+        r.task = task;
+        r.slab = slab;
+        r.bytes = alloc.required();
+        r.payload = encode_batch(placed, slab);
+        return r;
+      }
+    }
+    WorkerReply r;
+    r.kind = WorkerReply::Kind::Need;
+    r.task = task;
+    r.slab = slab;
+    // What the whole batch needs when copied into a fresh slab.
+    SlabAllocator measure(0, nullptr, 0);
+    (void)place_in_slab(batch, measure);
+    r.bytes = measure.required();
+    pending_[task] = std::move(batch);
+    return r;
+  } catch (const Error& e) {
+    return error_reply(task, e.python_type(), e.what());
+  } catch (const std::exception& e) {
+    return error_reply(task, "RuntimeError", e.what());
+  }
+}
+
+WorkerReply WorkerCore::use_slab(uint64_t task, uint64_t slab) {
+  WorkerScope scope(generator_, info_);
+  auto it = pending_.find(task);
+  if (it == pending_.end())
+    return error_reply(task, "RuntimeError", "internal: no batch waiting for a slab for task " + std::to_string(task));
+  Value batch = std::move(it->second);
+  pending_.erase(it);
+  try {
+    return place(task, batch, slab);
+  } catch (const Error& e) {
+    return error_reply(task, e.python_type(), e.what());
+  } catch (const std::exception& e) {
+    return error_reply(task, "RuntimeError", e.what());
+  }
+}
+
+}  // namespace loader::runtime

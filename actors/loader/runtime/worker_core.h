@@ -1,0 +1,93 @@
+// WorkerCore: what a worker does, without any actor or process machinery.
+//
+// It rebuilds the dataset from its handle, seeds the worker's default generator
+// with base_seed + id, runs worker_init_fn, and turns tasks into batches written
+// into shared-memory slabs.  The same class runs inside a worker process (driven
+// by the frame loop in worker_main.cpp) and inside an in-process worker actor
+// (tests), so both behave identically.
+//
+//   WorkerCore core(config);                        // may throw: init errors
+//   core.add_slab(1, base, size);
+//   WorkerReply r = core.run_task(7, {3, 1, 4}, 1); // Result, Need, Error or IterEnd
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "loader/dataset.h"
+#include "loader/fetch.h"
+#include "loader/generator.h"
+#include "loader/worker_info.h"
+
+namespace loader::runtime {
+
+/// Everything a worker needs to start; crosses the process boundary as a Value.
+struct WorkerConfig {
+  int worker_id = 0;
+  int num_workers = 1;
+  uint64_t seed = 0;
+  DatasetHandle dataset;
+  bool iterable = false;
+  bool auto_collation = true;
+  int64_t batch_size = 1;  ///< samples per task for iterable datasets
+  bool drop_last = false;
+  std::string collate_fn_name;
+  std::string worker_init_fn_name;
+
+  Value to_value() const;
+  static WorkerConfig from_value(const Value& v);
+};
+
+struct WorkerReply {
+  enum class Kind { Result, Need, Error, IterEnd } kind = Kind::Result;
+  uint64_t task = 0;
+  uint64_t slab = 0;
+  uint64_t bytes = 0;         ///< Result: bytes used in the slab; Need: bytes required
+  std::string payload;        ///< Result: the encoded batch
+  std::string error_type;     ///< Error: Python-style exception type
+  std::string error_message;  ///< Error: "Caught ... in DataLoader worker process N ..."
+};
+
+/// The frame a worker process sends for a reply, and its inverse.
+std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r);
+/// Parses a Result/Need/TaskError/IterEnd frame body (`type` as in wire.h).
+WorkerReply decode_reply(uint8_t type, const std::string& body);
+
+class WorkerCore {
+ public:
+  /// Throws loader::Error when the dataset cannot be built or worker_init_fn fails.
+  explicit WorkerCore(const WorkerConfig& config);
+
+  void add_slab(uint64_t id, void* base, size_t size);
+  void drop_slab(uint64_t id);
+  /// Loads task `task` (the dataset indices; ignored for iterable datasets, which
+  /// take batch_size samples) into slab `slab` (0: none yet).
+  WorkerReply run_task(uint64_t task, const IndexBatch& indices, uint64_t slab);
+  /// Retries the batch of a task that answered Need, now with a larger slab.
+  WorkerReply use_slab(uint64_t task, uint64_t slab);
+  /// Starts a new epoch for persistent workers: iterable streams begin again.
+  void reset_epoch();
+
+  const WorkerInfo& info() const { return info_; }
+
+ private:
+  WorkerReply place(uint64_t task, const Value& batch, uint64_t slab);
+  WorkerReply error_reply(uint64_t task, const std::string& type, const std::string& what) const;
+
+  WorkerConfig config_;
+  Generator generator_;
+  WorkerInfo info_;
+  std::optional<MapFetcher> map_fetcher_;
+  std::optional<IterableFetcher> iter_fetcher_;
+  struct Slab {
+    void* base;
+    size_t size;
+  };
+  std::map<uint64_t, Slab> slabs_;
+  std::map<uint64_t, Value> pending_;  ///< batches waiting for a larger slab, by task
+};
+
+}  // namespace loader::runtime

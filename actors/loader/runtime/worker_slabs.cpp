@@ -1,0 +1,178 @@
+#include "loader/runtime/worker_slabs.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+namespace loader::runtime {
+
+uint64_t next_slab_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+void SlabDirectory::add(uint64_t id, std::shared_ptr<ShmSegment> seg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  slabs_[id] = {std::move(seg), false};
+}
+
+void SlabDirectory::remove(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  slabs_.erase(id);
+}
+
+std::shared_ptr<ShmSegment> SlabDirectory::find(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slabs_.find(id);
+  return it == slabs_.end() ? nullptr : it->second.first;
+}
+
+void SlabDirectory::set_pinned(uint64_t id, bool pinned) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slabs_.find(id);
+  if (it != slabs_.end()) it->second.second = pinned;
+}
+
+bool SlabDirectory::pinned(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slabs_.find(id);
+  return it != slabs_.end() && it->second.second;
+}
+
+WorkerSlabs::WorkerSlabs(int worker_id, SlabPolicy policy, std::shared_ptr<SlabDirectory> directory)
+    : worker_id_(worker_id), policy_(policy), directory_(std::move(directory)) {}
+
+WorkerSlabs::~WorkerSlabs() {
+  for (const auto& kv : slabs_) directory_->remove(kv.first);
+}
+
+uint64_t WorkerSlabs::bytes() const {
+  uint64_t b = 0;
+  for (const auto& kv : slabs_) b += kv.second->size();
+  return b;
+}
+
+static std::string mib(uint64_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%llu bytes (%.1f MiB)", static_cast<unsigned long long>(b),
+                static_cast<double>(b) / (1024.0 * 1024.0));
+  return buf;
+}
+
+void WorkerSlabs::check_budget(uint64_t new_slab_size) const {
+  // The pool every worker will have at this slab size.
+  uint64_t per_worker = static_cast<uint64_t>(policy_.slabs_per_worker) * new_slab_size;
+  uint64_t pool = per_worker * static_cast<uint64_t>(policy_.num_workers);
+  uint64_t have = bytes();
+  uint64_t more = pool > have * static_cast<uint64_t>(policy_.num_workers)
+                      ? pool - have * static_cast<uint64_t>(policy_.num_workers)
+                      : 0;
+  uint64_t free = shm_free_bytes();
+  std::string what = std::to_string(policy_.num_workers) + " workers x " +
+                     std::to_string(policy_.slabs_per_worker) + " slabs x " + mib(new_slab_size);
+  if (policy_.shm_limit_bytes && pool > policy_.shm_limit_bytes)
+    throw ShmError("shared memory: the batch slab pool needs " + mib(pool) + " (" + what +
+                   ") but shm_limit_bytes is " + mib(policy_.shm_limit_bytes) +
+                   "; raise shm_limit_bytes or lower batch_size, prefetch_factor or num_workers");
+  if (more > free)
+    throw ShmError("shared memory: the batch slab pool needs " + mib(pool) + " (" + what + ") but " +
+                   shm_dir() + " has only " + mib(free) + " free. Enlarge " + shm_dir() +
+                   " (e.g. docker run --shm-size=...), or lower batch_size, prefetch_factor or num_workers");
+}
+
+uint64_t WorkerSlabs::create(uint64_t size) {
+  auto seg = ShmSegment::create(size);
+  uint64_t id = next_slab_id();
+  slabs_[id] = seg;
+  directory_->add(id, seg);
+  new_.push_back(id);
+  return id;
+}
+
+std::optional<uint64_t> WorkerSlabs::acquire() {
+  if (slab_size_ == 0) return uint64_t{0};
+  if (!free_.empty()) {
+    uint64_t id = free_.back();
+    free_.pop_back();
+    return id;
+  }
+  // Grow past the expected pool only while /dev/shm (and the limit) allow it.
+  uint64_t limit = policy_.shm_limit_bytes ? policy_.shm_limit_bytes / static_cast<uint64_t>(policy_.num_workers)
+                                           : UINT64_MAX;
+  if (bytes() + slab_size_ > limit) return std::nullopt;
+  if (slabs_.size() >= static_cast<size_t>(policy_.slabs_per_worker) && shm_free_bytes() < 2 * slab_size_)
+    return std::nullopt;
+  try {
+    return create(slab_size_);
+  } catch (const ShmError&) {
+    if (slabs_.empty()) throw;
+    return std::nullopt;  // wait for a release
+  }
+}
+
+uint64_t WorkerSlabs::acquire_at_least(uint64_t bytes) {
+  if (bytes > slab_size_) {
+    auto want = static_cast<uint64_t>(std::ceil(static_cast<double>(bytes) * policy_.headroom));
+    const uint64_t gran = 64 * 1024;
+    want = (want + gran - 1) / gran * gran;
+    check_budget(want);
+    slab_size_ = want;
+    // Free slabs that are now too small are dropped as they come back.
+    std::vector<uint64_t> keep;
+    for (uint64_t id : free_) {
+      if (slabs_[id]->size() >= slab_size_) keep.push_back(id);
+      else {
+        directory_->remove(id);
+        slabs_.erase(id);
+        dropped_.push_back(id);
+      }
+    }
+    free_ = keep;
+  }
+  for (size_t i = 0; i < free_.size(); ++i) {
+    uint64_t id = free_[i];
+    if (slabs_[id]->size() >= bytes) {
+      free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+      return id;
+    }
+  }
+  return create(slab_size_);
+}
+
+bool WorkerSlabs::release(uint64_t id) {
+  auto it = slabs_.find(id);
+  if (it == slabs_.end()) return false;
+  if (it->second->size() < slab_size_) {
+    directory_->remove(id);
+    slabs_.erase(it);
+    dropped_.push_back(id);
+    return true;
+  }
+  free_.push_back(id);
+  return false;
+}
+
+std::vector<uint64_t> WorkerSlabs::take_new() {
+  std::vector<uint64_t> out;
+  out.swap(new_);
+  return out;
+}
+
+std::vector<uint64_t> WorkerSlabs::take_dropped() {
+  std::vector<uint64_t> out;
+  out.swap(dropped_);
+  return out;
+}
+
+std::shared_ptr<ShmSegment> WorkerSlabs::segment(uint64_t id) const {
+  auto it = slabs_.find(id);
+  return it == slabs_.end() ? nullptr : it->second;
+}
+
+std::vector<uint64_t> WorkerSlabs::all() const {
+  std::vector<uint64_t> out;
+  for (const auto& kv : slabs_) out.push_back(kv.first);
+  return out;
+}
+
+}  // namespace loader::runtime

@@ -1,0 +1,605 @@
+// Trains a multi-layer perceptron on the real Fashion-MNIST data, fed by the loader
+// (shuffling, worker processes, shared-memory batches), in plain C++ with Eigen.
+//
+//   build/demos/fashion_mnist_train --epochs 10 --workers 2 --out fashion_mlp.pt
+//
+// The model is exactly PyTorch's
+//   torch.nn.Sequential(Flatten(), Linear(784, 256), ReLU(), Linear(256, 128), ReLU(), Linear(128, 10))
+// on images scaled to [0, 1] (pixel / 255), initialised as PyTorch initialises it
+// after torch.manual_seed(seed) (bit for bit: the same generator, the same draws),
+// trained with Adam (lr 1e-3) or SGD on mini-batches of 128 with cross-entropy loss.
+// The data order is the one a PyTorch script gets after torch.manual_seed(seed):
+// the shuffle draws from the same default generator after the initialisation.
+//
+// --out writes the weights as a .pt state_dict with that model's key names and
+// shapes ("1.weight" [256, 784], "1.bias", "3.weight", "3.bias", "5.weight",
+// "5.bias"; float32), which
+//   model.load_state_dict(torch.load("fashion_mlp.pt"))
+// accepts (demos/check_checkpoint.py evaluates it in PyTorch).  --resume reads such
+// a file (written by this program or by PyTorch) and continues from its weights;
+// the optimizer state starts afresh.
+//
+// Every epoch prints the mean training loss, the accuracy on the 10,000 test
+// images, samples per second and how long the trainer waited for data; a progress
+// bar runs while the epoch does when standard output is a terminal.  The last line
+// of output is one JSON object with the results.
+#include <unistd.h>
+
+#include <Eigen/Dense>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "loader/dataloader.h"
+#include "loader/error.h"
+#include "loader/fashion_mnist.h"
+#include "loader/generator.h"
+#include "loader/runtime/worker_main.h"
+#include "loader/serialization/pt.h"
+
+#ifdef LOADER_DEMO_OPENBLAS
+extern "C" void openblas_set_num_threads(int num_threads);
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Vector = Eigen::VectorXf;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ------------------------------------------------------------------ command line
+struct Options {
+  int epochs = 10;
+  int workers = 2;
+  int64_t batch_size = 128;
+  std::string optimizer = "adam";
+  std::string schedule = "cosine";
+  double lr = -1;  // default per optimizer: Adam 1e-3, SGD 0.05
+  double momentum = 0.9;
+  uint64_t seed = 0;
+  std::vector<int64_t> hidden = {256, 128};
+  std::string root = loader::FashionMNIST::kDefaultRoot;
+  std::string out;
+  std::string resume;
+  int threads = 0;  // BLAS threads; 0: library default
+  int progress = -1;  // -1: when stdout is a terminal
+};
+
+const char* kUsage =
+    "usage: fashion_mnist_train [--epochs N] [--workers W] [--batch-size B] [--optimizer adam|sgd]\n"
+    "                           [--lr LR] [--momentum M] [--seed S] [--hidden 256,128]\n"
+    "                           [--root DIR] [--out PATH.pt] [--resume PATH.pt] [--threads T]\n"
+    "                           [--progress | --no-progress]\n"
+    "  --epochs N        passes over the 60,000 training images (default 10; 0 only evaluates)\n"
+    "  --workers W       loader worker processes (default 2; 0 loads in this process)\n"
+    "  --batch-size B    samples per batch (default 128)\n"
+    "  --optimizer O     adam (default, lr 1e-3) or sgd (momentum 0.9, lr 0.05)\n"
+    "  --seed S          torch.manual_seed equivalent: initial weights and data order (default 0)\n"
+    "  --hidden LIST     hidden layer sizes (default 256,128: the documented model)\n"
+    "  --root DIR        Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
+    "  --out PATH.pt     write the trained weights as a PyTorch state_dict\n"
+    "  --resume PATH.pt  start from the weights in a state_dict written by this program or PyTorch\n"
+    "  --threads T       BLAS threads for the matrix products (default: the library's)\n";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::cerr << "fashion_mnist_train: " << msg << "\n" << kUsage;
+  std::exit(2);
+}
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
+  try {
+    size_t used = 0;
+    long long x = std::stoll(v, &used);
+    if (used == v.size() && x >= lo) return x;
+  } catch (const std::exception&) {
+  }
+  usage_error(flag + " expects an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+}
+
+double parse_double(const std::string& flag, const std::string& v) {
+  try {
+    size_t used = 0;
+    double x = std::stod(v, &used);
+    if (used == v.size() && x > 0 && std::isfinite(x)) return x;
+  } catch (const std::exception&) {
+  }
+  usage_error(flag + " expects a positive number, got '" + v + "'");
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
+    if (a == "--progress") { o.progress = 1; continue; }
+    if (a == "--no-progress") { o.progress = 0; continue; }
+    if (a.rfind("--", 0) != 0) usage_error("unexpected argument '" + a + "'");
+    std::string v;
+    auto eq = a.find('=');
+    if (eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      v = argv[++i];
+    }
+    if (a == "--epochs") o.epochs = static_cast<int>(parse_int(a, v, 0));
+    else if (a == "--workers") o.workers = static_cast<int>(parse_int(a, v, 0));
+    else if (a == "--batch-size") o.batch_size = parse_int(a, v, 1);
+    else if (a == "--optimizer") {
+      if (v != "adam" && v != "sgd") usage_error("--optimizer must be adam or sgd, got '" + v + "'");
+      o.optimizer = v;
+    } else if (a == "--schedule") {
+      if (v != "cosine" && v != "constant") usage_error("--schedule must be cosine or constant, got '" + v + "'");
+      o.schedule = v;
+    } else if (a == "--lr") o.lr = parse_double(a, v);
+    else if (a == "--momentum") {
+      o.momentum = std::stod(v);
+      if (!(o.momentum >= 0 && o.momentum < 1)) usage_error("--momentum must be in [0, 1)");
+    } else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_int(a, v, 0));
+    else if (a == "--hidden") {
+      o.hidden.clear();
+      std::stringstream ss(v);
+      std::string item;
+      while (std::getline(ss, item, ',')) o.hidden.push_back(parse_int(a, item, 1));
+    } else if (a == "--root") o.root = v;
+    else if (a == "--out") o.out = v;
+    else if (a == "--resume") o.resume = v;
+    else if (a == "--threads") o.threads = static_cast<int>(parse_int(a, v, 1));
+    else usage_error("unknown option " + a);
+  }
+  if (o.lr < 0) o.lr = o.optimizer == "adam" ? 1e-3 : 0.05;
+  return o;
+}
+
+// ------------------------------------------------------------------ the model
+// One Linear layer, weight [out, in] row-major exactly as PyTorch stores it.
+struct Linear {
+  RowMatrix weight, grad_weight, m_weight, v_weight;
+  Vector bias, grad_bias, m_bias, v_bias;
+};
+
+// torch.nn.init's uniform_(from, to) on a float32 CPU tensor, bit for bit: one 32-bit
+// draw per element, 24 random bits scaled in double, (x * (to - from) + from).
+void uniform_(float* p, int64_t n, double from_d, double to_d, loader::Generator& g) {
+  const float from = static_cast<float>(from_d), to = static_cast<float>(to_d);
+  for (int64_t i = 0; i < n; ++i) {
+    double x = static_cast<double>(g.random() & ((1u << 24) - 1)) * (1.0 / (1u << 24));
+    p[i] = static_cast<float>(x * static_cast<double>(to - from) + from);
+  }
+}
+
+// The Sequential: Flatten, then Linear/ReLU pairs, a final Linear (logits).
+class MLP {
+ public:
+  MLP(int64_t in, const std::vector<int64_t>& hidden, int64_t classes) {
+    int64_t fan_in = in;
+    for (int64_t h : hidden) {
+      layers_.push_back(make_layer(fan_in, h));
+      fan_in = h;
+    }
+    layers_.push_back(make_layer(fan_in, classes));
+  }
+
+  /// nn.Linear.reset_parameters for every layer, in module order: kaiming_uniform_
+  /// (a = sqrt(5)) on the weight, then U(-1/sqrt(fan_in), 1/sqrt(fan_in)) on the bias.
+  void reset_parameters(loader::Generator& g) {
+    for (auto& l : layers_) {
+      const double fan_in = static_cast<double>(l.weight.cols());
+      const double gain = std::sqrt(2.0 / (1 + 5.0));
+      const double bound = std::sqrt(3.0) * (gain / std::sqrt(fan_in));
+      uniform_(l.weight.data(), l.weight.size(), -bound, bound, g);
+      const double bias_bound = 1 / std::sqrt(fan_in);
+      uniform_(l.bias.data(), l.bias.size(), -bias_bound, bias_bound, g);
+    }
+  }
+
+  std::vector<Linear>& layers() { return layers_; }
+  const std::vector<Linear>& layers() const { return layers_; }
+  /// The state_dict key prefix of layer k in the Sequential: Flatten is module 0,
+  /// each Linear is followed by a ReLU, so Linears are modules 1, 3, 5, ...
+  static std::string module_name(size_t k) { return std::to_string(2 * k + 1); }
+
+  /// Logits for a batch x [B, in]; keeps the activations for backward().
+  const RowMatrix& forward(const Eigen::Ref<const RowMatrix>& x) {
+    acts_.resize(layers_.size());
+    const RowMatrix* input = nullptr;
+    for (size_t k = 0; k < layers_.size(); ++k) {
+      RowMatrix& z = acts_[k];
+      if (k == 0) z.noalias() = x * layers_[k].weight.transpose();
+      else z.noalias() = *input * layers_[k].weight.transpose();
+      z.rowwise() += layers_[k].bias.transpose();
+      if (k + 1 < layers_.size()) z = z.cwiseMax(0.0f);  // ReLU in place: z > 0 <=> relu(z) > 0
+      input = &z;
+    }
+    return acts_.back();
+  }
+
+  /// Gradients of the loss for dlogits [B, classes], after forward(x).
+  void backward(const Eigen::Ref<const RowMatrix>& x, RowMatrix& dlogits) {
+    RowMatrix* delta = &dlogits;
+    for (size_t k = layers_.size(); k-- > 0;) {
+      Linear& l = layers_[k];
+      if (k > 0) l.grad_weight.noalias() = delta->transpose() * acts_[k - 1];
+      else l.grad_weight.noalias() = delta->transpose() * x;
+      l.grad_bias = delta->colwise().sum().transpose();
+      if (k > 0) {
+        next_delta_.noalias() = *delta * l.weight;
+        next_delta_ = (acts_[k - 1].array() > 0.0f).select(next_delta_, 0.0f);
+        std::swap(delta_buf_, next_delta_);
+        delta = &delta_buf_;
+      }
+    }
+  }
+
+ private:
+  static Linear make_layer(int64_t in, int64_t out) {
+    Linear l;
+    l.weight = RowMatrix::Zero(out, in);
+    l.bias = Vector::Zero(out);
+    l.m_weight = l.v_weight = RowMatrix::Zero(out, in);
+    l.m_bias = l.v_bias = Vector::Zero(out);
+    return l;
+  }
+  std::vector<Linear> layers_;
+  std::vector<RowMatrix> acts_;
+  RowMatrix delta_buf_, next_delta_;
+};
+
+/// Mean cross-entropy of logits against labels; dlogits = (softmax - onehot) / B.
+double cross_entropy(const RowMatrix& logits, const int64_t* labels, RowMatrix& dlogits) {
+  const Eigen::Index b = logits.rows();
+  dlogits.resize(b, logits.cols());
+  double loss = 0;
+  for (Eigen::Index r = 0; r < b; ++r) {
+    const float mx = logits.row(r).maxCoeff();
+    auto e = (logits.row(r).array() - mx).exp();
+    const float sum = e.sum();
+    dlogits.row(r) = e / sum;
+    loss += std::log(static_cast<double>(sum)) + mx - logits(r, labels[r]);
+    dlogits(r, labels[r]) -= 1.0f;
+  }
+  dlogits /= static_cast<float>(b);
+  return loss / static_cast<double>(b);
+}
+
+// torch.optim.Adam (betas 0.9, 0.999, eps 1e-8, no weight decay), single-tensor path.
+class Adam {
+ public:
+  explicit Adam(double lr) : lr_(lr) {}
+  void set_lr(double lr) { lr_ = lr; }
+  void step(MLP& model) {
+    ++t_;
+    const double bc1 = 1 - std::pow(kBeta1, t_), bc2 = 1 - std::pow(kBeta2, t_);
+    const float step_size = static_cast<float>(lr_ / bc1);
+    const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+    for (auto& l : model.layers()) {
+      update(l.weight.array(), l.grad_weight.array(), l.m_weight.array(), l.v_weight.array(), step_size, bc2_sqrt);
+      update(l.bias.array(), l.grad_bias.array(), l.m_bias.array(), l.v_bias.array(), step_size, bc2_sqrt);
+    }
+  }
+
+ private:
+  template <class P, class G, class M>
+  static void update(P p, const G& g, M m, M v, float step_size, float bc2_sqrt) {
+    m = kBeta1 * m + (1 - kBeta1) * g;
+    v = kBeta2 * v + (1 - kBeta2) * g * g;
+    p -= step_size * m / (v.sqrt() / bc2_sqrt + kEps);
+  }
+  static constexpr float kBeta1 = 0.9f, kBeta2 = 0.999f, kEps = 1e-8f;
+  double lr_;
+  int t_ = 0;
+};
+
+// torch.optim.SGD(lr, momentum): buf = momentum * buf + g (buf = g at the first step).
+class SGD {
+ public:
+  SGD(double lr, double momentum) : lr_(static_cast<float>(lr)), momentum_(static_cast<float>(momentum)) {}
+  void set_lr(double lr) { lr_ = static_cast<float>(lr); }
+  void step(MLP& model) {
+    for (auto& l : model.layers()) {
+      update(l.weight.array(), l.grad_weight.array(), l.m_weight.array());
+      update(l.bias.array(), l.grad_bias.array(), l.m_bias.array());
+    }
+    first_ = false;
+  }
+
+ private:
+  template <class P, class G, class M>
+  void update(P p, const G& g, M buf) {
+    if (momentum_ == 0) {
+      p -= lr_ * g;
+      return;
+    }
+    if (first_) buf = g;
+    else buf = momentum_ * buf + g;
+    p -= lr_ * buf;
+  }
+  float lr_, momentum_;
+  bool first_ = true;
+};
+
+// ------------------------------------------------------------------ checkpoints
+/// The model's state_dict as PyTorch's nn.Sequential names it.
+loader::Value state_dict(const MLP& model) {
+  std::vector<std::pair<loader::Value, loader::Value>> items;
+  for (size_t k = 0; k < model.layers().size(); ++k) {
+    const Linear& l = model.layers()[k];
+    auto w = loader::Tensor::empty({l.weight.rows(), l.weight.cols()}, loader::DType::Float32);
+    std::memcpy(w.data_ptr(), l.weight.data(), w.nbytes());
+    auto b = loader::Tensor::empty({l.bias.size()}, loader::DType::Float32);
+    std::memcpy(b.data_ptr(), l.bias.data(), b.nbytes());
+    items.emplace_back(loader::Value(MLP::module_name(k) + ".weight"), loader::Value(std::move(w)));
+    items.emplace_back(loader::Value(MLP::module_name(k) + ".bias"), loader::Value(std::move(b)));
+  }
+  return loader::Value::dict(std::move(items), "collections.OrderedDict");
+}
+
+/// torch.save(model.state_dict(), path), including the state_dict's `_metadata`
+/// attribute ({"": {"version": 1}, "0": {"version": 1}, ...}, one entry per module).
+void save_state_dict(const MLP& model, const std::string& path) {
+  loader::Value sd = state_dict(model);
+  std::vector<std::pair<loader::Value, loader::Value>> meta;
+  auto version = [] { return loader::Value::dict({{"version", 1}}); };
+  meta.emplace_back(loader::Value(""), version());
+  for (size_t m = 0; m < 2 * model.layers().size(); ++m) meta.emplace_back(loader::Value(std::to_string(m)), version());
+  loader::pt::SaveOptions so;
+  so.states.push_back({sd, loader::Value::dict({{"_metadata", loader::Value::dict(std::move(meta), "collections.OrderedDict")}})});
+  loader::pt::save(sd, path, so);
+}
+
+/// load_state_dict(strict=True): every key present with the right shape, no extra keys.
+void load_state_dict(MLP& model, const loader::Value& sd, const std::string& path) {
+  if (!sd.is_dict())
+    throw loader::ValueError(path + " holds a " + sd.python_type() + ", not a state_dict");
+  std::map<std::string, loader::Tensor> tensors;
+  for (const auto& [k, v] : sd.dict_items()) {
+    if (!k.is_string() || !loader::pt::is_tensor_like(v))
+      throw loader::ValueError(path + ": state_dict entry " + k.repr() + " is not a named tensor");
+    tensors[k.to_string()] = loader::pt::tensor_of(v);
+  }
+  auto take = [&](const std::string& key, int64_t rows, int64_t cols, float* dst) {
+    auto it = tensors.find(key);
+    if (it == tensors.end())
+      throw loader::ValueError(path + ": Missing key \"" + key +
+                               "\" in state_dict (the model is Sequential(Flatten, Linear, ReLU, ...); "
+                               "check --hidden)");
+    loader::Dims want = cols < 0 ? loader::Dims{rows} : loader::Dims{rows, cols};
+    if (it->second.sizes() != want)
+      throw loader::ValueError(path + ": size mismatch for " + key + ": copying a param with shape " +
+                               it->second.sizes().str() + " from checkpoint, the shape in current model is " +
+                               want.str() + " (check --hidden)");
+    loader::Tensor t = it->second.to(loader::DType::Float32).contiguous();
+    std::memcpy(dst, t.data_ptr(), t.nbytes());
+    tensors.erase(it);
+  };
+  for (size_t k = 0; k < model.layers().size(); ++k) {
+    Linear& l = model.layers()[k];
+    take(MLP::module_name(k) + ".weight", l.weight.rows(), l.weight.cols(), l.weight.data());
+    take(MLP::module_name(k) + ".bias", l.bias.size(), -1, l.bias.data());
+  }
+  if (!tensors.empty())
+    throw loader::ValueError(path + ": Unexpected key \"" + tensors.begin()->first +
+                             "\" in state_dict (check --hidden)");
+}
+
+// ------------------------------------------------------------------ evaluation
+struct TestSet {
+  RowMatrix images;  // [10000, 784], pixel / 255
+  std::vector<int64_t> labels;
+};
+
+TestSet load_test_set(const std::string& root) {
+  loader::FashionMNIST test(root, /*train=*/false);
+  TestSet t;
+  t.images.resize(test.size(), 784);
+  t.labels.resize(static_cast<size_t>(test.size()));
+  for (int64_t i = 0; i < test.size(); ++i) {
+    void* leaves[2] = {t.images.row(i).data(), &t.labels[static_cast<size_t>(i)]};
+    test.get_into(i, leaves);
+  }
+  return t;
+}
+
+double accuracy(MLP& model, const TestSet& t) {
+  int64_t correct = 0;
+  const Eigen::Index n = t.images.rows(), chunk = 2000;
+  for (Eigen::Index s = 0; s < n; s += chunk) {
+    const Eigen::Index b = std::min(chunk, n - s);
+    const RowMatrix& logits = model.forward(t.images.middleRows(s, b));
+    for (Eigen::Index r = 0; r < b; ++r) {
+      Eigen::Index arg;
+      logits.row(r).maxCoeff(&arg);
+      correct += arg == t.labels[static_cast<size_t>(s + r)];
+    }
+  }
+  return static_cast<double>(correct) / static_cast<double>(n);
+}
+
+// ------------------------------------------------------------------ progress
+class Progress {
+ public:
+  Progress(bool enabled, int epoch, int epochs, int64_t batches)
+      : enabled_(enabled), epoch_(epoch), epochs_(epochs), batches_(batches), t0_(Clock::now()) {}
+  void update(int64_t done, int64_t samples, double loss, double wait_s) {
+    if (!enabled_) return;
+    auto now = Clock::now();
+    if (done != batches_ && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const int width = 30;
+    const int64_t filled = batches_ > 0 ? done * width / batches_ : width;
+    const double el = seconds_since(t0_);
+    std::string bar(static_cast<size_t>(filled), '#');
+    bar.resize(width, '.');
+    std::printf("\r\033[Kepoch %d/%d [%s] %3d%%  loss %.4f  %.0f samples/s  waited %.2f s",
+                epoch_, epochs_, bar.c_str(), static_cast<int>(batches_ > 0 ? 100 * done / batches_ : 100),
+                loss, el > 0 ? static_cast<double>(samples) / el : 0.0, wait_s);
+    std::fflush(stdout);
+  }
+  void clear() {
+    if (!enabled_) return;
+    std::printf("\r\033[K");
+    std::fflush(stdout);
+  }
+
+ private:
+  bool enabled_;
+  int epoch_, epochs_;
+  int64_t batches_;
+  Clock::time_point t0_, last_;
+};
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+int train(const Options& opt) {
+  const auto t_start = Clock::now();
+  loader::register_fashion_mnist();
+#ifdef LOADER_DEMO_OPENBLAS
+  if (opt.threads > 0) openblas_set_num_threads(opt.threads);
+#endif
+  const bool show_progress = opt.progress >= 0 ? opt.progress == 1 : ::isatty(STDOUT_FILENO) == 1;
+
+  // torch.manual_seed(seed); model = nn.Sequential(...): the same draws, the same weights.
+  loader::manual_seed(opt.seed);
+  MLP model(784, opt.hidden, loader::FashionMNIST::kNumClasses);
+  model.reset_parameters(loader::default_generator());
+  if (!opt.resume.empty()) {
+    load_state_dict(model, loader::pt::load(opt.resume), opt.resume);
+    std::printf("resumed from %s\n", opt.resume.c_str());
+  }
+
+  auto train_set = loader::make_dataset(
+      {"fashion_mnist", loader::Value::dict({{"root", opt.root}, {"train", true}})});
+  TestSet test = load_test_set(opt.root);
+
+  loader::DataLoaderOptions lo;
+  lo.batch_size = opt.batch_size;
+  lo.shuffle = true;  // RandomSampler drawing its seed from the default generator, as in PyTorch
+  lo.num_workers = opt.workers;
+  lo.persistent_workers = opt.workers > 0;
+  loader::DataLoader loader(train_set, lo);
+  const int64_t batches = loader.size();
+  std::printf("Fashion-MNIST: %lld training / %lld test images; MLP 784-", static_cast<long long>(train_set->size()),
+              static_cast<long long>(test.images.rows()));
+  for (int64_t h : opt.hidden) std::printf("%lld-", static_cast<long long>(h));
+  std::printf("10, %s lr %g, batch %lld, %d worker%s, %lld batches per epoch\n", opt.optimizer.c_str(), opt.lr,
+              static_cast<long long>(opt.batch_size), opt.workers, opt.workers == 1 ? "" : "s",
+              static_cast<long long>(batches));
+  std::fflush(stdout);
+
+  Adam adam(opt.lr);
+  SGD sgd(opt.lr, opt.momentum);
+  RowMatrix dlogits;
+  double train_seconds = 0, wait_seconds = 0, last_loss = std::nan("");
+  int64_t samples_total = 0;
+  double acc = accuracy(model, test);
+  if (opt.epochs == 0) std::printf("test accuracy %.4f (no training: --epochs 0)\n", acc);
+
+  int64_t step = 0;
+  const double total_steps = static_cast<double>(batches) * opt.epochs;
+  for (int epoch = 1; epoch <= opt.epochs; ++epoch) {
+    Progress progress(show_progress, epoch, opt.epochs, batches);
+    const auto t_epoch = Clock::now();
+    double loss_sum = 0, epoch_wait = 0;
+    int64_t seen = 0, done = 0;
+    auto it = loader.iter();
+    for (;;) {
+      const auto t_wait = Clock::now();
+      std::optional<loader::Value> batch = it.next();
+      epoch_wait += seconds_since(t_wait);
+      if (!batch) break;
+      const loader::Tensor images = (*batch)[0].to_tensor().contiguous();
+      const loader::Tensor labels = (*batch)[1].to_tensor().contiguous();
+      const int64_t b = images.size(0);
+      Eigen::Map<const RowMatrix> x(images.data<float>(), b, 784);
+      // CosineAnnealingLR(T_max = all steps), stepped after every batch.
+      const double lr = opt.schedule == "cosine"
+                            ? opt.lr * (1 + std::cos(M_PI * static_cast<double>(step) / total_steps)) / 2
+                            : opt.lr;
+      ++step;
+      adam.set_lr(lr);
+      sgd.set_lr(lr);
+      const RowMatrix& logits = model.forward(x);
+      loss_sum += cross_entropy(logits, labels.data<int64_t>(), dlogits) * static_cast<double>(b);
+      model.backward(x, dlogits);
+      if (opt.optimizer == "adam") adam.step(model);
+      else sgd.step(model);
+      seen += b;
+      ++done;
+      progress.update(done, seen, loss_sum / static_cast<double>(seen), epoch_wait);
+    }
+    const double epoch_seconds = seconds_since(t_epoch);
+    progress.clear();
+    train_seconds += epoch_seconds;
+    wait_seconds += epoch_wait;
+    samples_total += seen;
+    last_loss = loss_sum / static_cast<double>(seen);
+    acc = accuracy(model, test);
+    std::printf("epoch %d/%d  loss %.4f  test_accuracy %.4f  %.0f samples/s  waited for data %.2f s (%.0f%%)  %.1f s\n",
+                epoch, opt.epochs, last_loss, acc, static_cast<double>(seen) / epoch_seconds, epoch_wait,
+                100.0 * epoch_wait / epoch_seconds, epoch_seconds);
+    std::fflush(stdout);
+  }
+  loader.shutdown();
+
+  if (!opt.out.empty()) {
+    save_state_dict(model, opt.out);
+    std::printf("checkpoint: %s (state_dict of nn.Sequential(Flatten(), Linear(784,%lld), ReLU(), ...); "
+                "load with demos/check_checkpoint.py)\n",
+                opt.out.c_str(), static_cast<long long>(opt.hidden.empty() ? 10 : opt.hidden[0]));
+  }
+  const double total = seconds_since(t_start);
+  char loss_text[32] = "null";
+  if (!std::isnan(last_loss)) std::snprintf(loss_text, sizeof loss_text, "%.6f", last_loss);
+  std::printf(
+      "{\"test_accuracy\": %.4f, \"epochs\": %d, \"seconds\": %.2f, \"samples_per_s\": %.0f, "
+      "\"train_loss\": %s, \"data_wait_s\": %.3f, \"train_seconds\": %.2f, \"workers\": %d, "
+      "\"batch_size\": %lld, \"optimizer\": \"%s\", \"lr\": %g, \"seed\": %llu, \"checkpoint\": %s}\n",
+      acc, opt.epochs, total, train_seconds > 0 ? static_cast<double>(samples_total) / train_seconds : 0.0,
+      loss_text, wait_seconds, train_seconds, opt.workers,
+      static_cast<long long>(opt.batch_size), opt.optimizer.c_str(), opt.lr,
+      static_cast<unsigned long long>(opt.seed), opt.out.empty() ? "null" : json_string(opt.out).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (auto rc = loader::runtime::run_worker_if_requested(argc, argv)) return *rc;
+  Options opt = parse_args(argc, argv);
+  try {
+    return train(opt);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::cerr << "fashion_mnist_train: " << e.what() << "\n";
+    return 1;
+  }
+}

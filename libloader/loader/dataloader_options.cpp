@@ -1,0 +1,58 @@
+#include "loader/dataloader_options.h"
+
+#include "loader/error.h"
+
+namespace loader {
+
+void validate_options(const DataLoaderOptions& o, bool iterable) {
+  if (o.num_workers < 0)
+    throw ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.");
+  if (o.timeout < 0) throw ValueError("timeout option should be non-negative");
+  if (o.num_workers == 0 && o.prefetch_factor.has_value())
+    throw ValueError("prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 to enable multiprocessing.");
+  if (o.prefetch_factor.has_value() && *o.prefetch_factor < 0)
+    throw ValueError("prefetch_factor option should be non-negative");
+  if (o.persistent_workers && o.num_workers == 0)
+    throw ValueError("persistent_workers option needs num_workers > 0");
+  if (!o.multiprocessing_context.empty()) {
+    if (o.num_workers == 0)
+      throw ValueError("multiprocessing_context can only be used with multi-process loading (num_workers > 0), but got num_workers=0");
+    const auto& c = o.multiprocessing_context;
+    if (c != "fork" && c != "spawn" && c != "forkserver")
+      throw ValueError("multiprocessing_context option should specify a valid start method in ['fork', 'spawn', 'forkserver'], but got multiprocessing_context='" + c + "'");
+  }
+  if (iterable) {
+    if (o.shuffle.value_or(false))
+      throw ValueError("DataLoader with IterableDataset: expected unspecified shuffle option, but got shuffle=True");
+    if (o.sampler)
+      throw ValueError("DataLoader with IterableDataset: expected unspecified sampler option, but got sampler=<custom sampler>");
+    if (o.batch_sampler)
+      throw ValueError("DataLoader with IterableDataset: expected unspecified batch_sampler option, but got batch_sampler=<custom batch sampler>");
+  }
+  if (o.sampler && o.shuffle.value_or(false))
+    throw ValueError("sampler option is mutually exclusive with shuffle");
+  if (o.batch_sampler) {
+    if (o.batch_size != std::optional<int64_t>(1) || o.shuffle.value_or(false) || o.sampler || o.drop_last)
+      throw ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last");
+  } else if (!o.batch_size.has_value()) {
+    if (o.drop_last)
+      throw ValueError("batch_size=None option disables auto-batching and is mutually exclusive with drop_last");
+  } else if (*o.batch_size <= 0) {
+    throw ValueError("batch_size should be a positive integer value, but got batch_size=" +
+                     std::to_string(*o.batch_size));
+  }
+  if (o.collate_fn && !o.collate_fn_name.empty())
+    throw ValueError("collate_fn and collate_fn_name are mutually exclusive: pass one of them");
+  if (o.worker_init_fn && !o.worker_init_fn_name.empty())
+    throw ValueError("worker_init_fn and worker_init_fn_name are mutually exclusive: pass one of them");
+  if (o.num_workers > 0 && o.collate_fn)
+    throw ValueError("collate_fn is a function object, which cannot run in worker processes; register it with LOADER_REGISTER_COLLATE_FN(\"name\", fn) and set collate_fn_name = \"name\" (or use num_workers=0)");
+  if (o.num_workers > 0 && o.worker_init_fn)
+    throw ValueError("worker_init_fn is a function object, which cannot run in worker processes; register it with LOADER_REGISTER_WORKER_INIT_FN(\"name\", fn) and set worker_init_fn_name = \"name\"");
+  if (o.max_worker_restarts < 0)
+    throw ValueError("max_worker_restarts should be non-negative, but got " + std::to_string(o.max_worker_restarts));
+  if (!o.collate_fn_name.empty()) (void)find_collate_fn(o.collate_fn_name);
+  if (!o.worker_init_fn_name.empty()) (void)find_worker_init_fn(o.worker_init_fn_name);
+}
+
+}  // namespace loader

@@ -1,0 +1,117 @@
+// DataLoaderOptions: every knob of torch.utils.data.DataLoader, with PyTorch's
+// names and defaults, validated once (validate()) with PyTorch's wording.
+//
+//   loader::DataLoaderOptions opts;
+//   opts.batch_size = 64;
+//   opts.shuffle = true;
+//   opts.num_workers = 2;
+//   loader::DataLoader dl(dataset, opts);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "loader/collate.h"
+#include "loader/generator.h"
+#include "loader/sampler.h"
+#include "loader/worker_info.h"
+
+namespace loader {
+
+/// Where workers run: child processes (the product), or actors in this process
+/// (same protocol and semantics without process isolation: for tests and for
+/// stepping through a dataset in a debugger).
+enum class WorkerMode { Process, InProcess };
+
+struct DataLoaderOptions {
+  /// Samples per batch. nullopt disables automatic batching: the loader yields
+  /// single samples (passed through collate_fn / default_convert).  Default 1.
+  std::optional<int64_t> batch_size = 1;
+
+  /// Reshuffle every epoch (a RandomSampler over the dataset, drawing from
+  /// `generator`).  nullopt means "unspecified" (as None in PyTorch): iterable
+  /// datasets reject shuffle=true but accept false.  Default: unspecified (= false).
+  std::optional<bool> shuffle;
+
+  /// Custom index order; mutually exclusive with shuffle.  Default: sequential.
+  std::shared_ptr<Sampler> sampler;
+
+  /// Custom batches of indices; mutually exclusive with batch_size (!= 1), shuffle,
+  /// sampler and drop_last.
+  std::shared_ptr<BatchSamplerBase> batch_sampler;
+
+  /// Worker processes.  0 loads in the calling thread.  Each worker is a child
+  /// process (fork+exec of this program) that rebuilds the dataset from its handle;
+  /// more workers use more cores and memory.  Default 0.
+  int num_workers = 0;
+
+  /// Turns samples into a batch.  Default: default_collate.  A function object runs
+  /// only in this process; with num_workers > 0 register the function by name
+  /// (LOADER_REGISTER_COLLATE_FN) and set collate_fn_name instead.
+  CollateFn collate_fn;
+  std::string collate_fn_name;
+
+  /// Deliver batches page-locked for fast host-to-device copies.  The runtime pins
+  /// the shared-memory slabs themselves once (cudaHostRegister), so pinning costs
+  /// no per-batch copy; without a CUDA device it falls back to mlock (is_pinned()
+  /// stays false) and warns once.  Default false.
+  bool pin_memory = false;
+
+  /// Drop the last incomplete batch.  Default false.
+  bool drop_last = false;
+
+  /// Seconds to wait for a batch from the workers before raising; 0 waits forever
+  /// (while the workers are alive).  Default 0.
+  double timeout = 0;
+
+  /// Called in each worker after seeding, before any data: fn(worker_id).  As with
+  /// collate_fn, a function object works only in-process; register it by name
+  /// (LOADER_REGISTER_WORKER_INIT_FN) and set worker_init_fn_name for workers.
+  WorkerInitFn worker_init_fn;
+  std::string worker_init_fn_name;
+
+  /// Generator for the shuffle order and for base_seed.  Default: the thread's
+  /// default generator.
+  std::shared_ptr<Generator> generator;
+
+  /// Batches loaded in advance per worker (prefetch_factor * num_workers tasks in
+  /// flight).  Only valid with num_workers > 0 (PyTorch 2.x rule); default 2 then.
+  /// More prefetch hides latency spikes and costs one slab of shared memory each.
+  std::optional<int> prefetch_factor;
+
+  /// Keep worker processes (and their shared-memory slabs) alive between epochs.
+  /// Requires num_workers > 0.  Default false.
+  bool persistent_workers = false;
+
+  /// Deliver batches in sampler order (true) or as soon as they are ready (false).
+  /// Default true.
+  bool in_order = true;
+
+  /// Accepted for compatibility: "", "spawn", "fork" or "forkserver".  Workers are
+  /// always started by fork+exec (spawn semantics).  Requires num_workers > 0.
+  std::string multiprocessing_context;
+
+  /// Restart a worker that died (signal, exit) up to this many times per loader,
+  /// re-issuing its unfinished tasks so the epoch completes with every batch
+  /// exactly once, in order.  0 (default) raises an error naming the worker.
+  int max_worker_restarts = 0;
+
+  /// Child processes (default) or in-process worker actors.
+  WorkerMode worker_mode = WorkerMode::Process;
+
+  /// Upper bound for the shared-memory pool of all workers, in bytes; 0 means
+  /// "what /dev/shm has free".  Default 0.
+  uint64_t shm_limit_bytes = 0;
+
+  /// The prefetch factor in effect: prefetch_factor or 2.
+  int effective_prefetch_factor() const { return prefetch_factor.value_or(2); }
+};
+
+/// Checks option combinations exactly as torch.utils.data.DataLoader.__init__ does,
+/// throwing ValueError/TypeError with PyTorch's messages.  `iterable` says whether
+/// the dataset is an IterableDataset.
+void validate_options(const DataLoaderOptions& options, bool iterable);
+
+}  // namespace loader

@@ -1,0 +1,130 @@
+#include "loader/fetch.h"
+
+namespace loader {
+
+namespace {
+Value apply_collate(const CollateFn& collate, std::vector<Value>& samples, bool auto_collation) {
+  if (collate) return collate(samples);
+  if (auto_collation) return default_collate(samples);
+  return default_convert(std::move(samples.front()));
+}
+}  // namespace
+
+MapFetcher::MapFetcher(std::shared_ptr<Dataset> dataset, bool auto_collation, CollateFn collate)
+    : dataset_(std::move(dataset)), auto_collation_(auto_collation), collate_(std::move(collate)) {
+  if (auto_collation_ && !collate_) {
+    spec_ = dataset_->sample_spec();
+    if (spec_) spec_->for_each_tensor([&](const Tensor& t) { spec_leaves_.push_back(t); });
+  }
+}
+
+namespace {
+Value build_structure(const Value& spec, const std::vector<Tensor>& leaves, size_t& k) {
+  switch (spec.kind()) {
+    case Value::Kind::Tensor: return Value(leaves.at(k++));
+    case Value::Kind::List:
+    case Value::Kind::Tuple: {
+      std::vector<Value> items;
+      items.reserve(spec.items().size());
+      for (const auto& x : spec.items()) items.push_back(build_structure(x, leaves, k));
+      if (!spec.field_names().empty())
+        return Value::namedtuple(spec.type_name(), spec.field_names(), std::move(items));
+      return Value::list(std::move(items), spec.is_list() ? spec.type_name() : "");
+    }
+    case Value::Kind::Dict: {
+      std::vector<std::pair<Value, Value>> items;
+      for (const auto& [key, x] : spec.dict_items()) items.emplace_back(key, build_structure(x, leaves, k));
+      return Value::dict(std::move(items), spec.type_name());
+    }
+    default:
+      throw TypeError("sample_spec() may hold only tensors, lists, tuples and dicts; found " +
+                      spec.python_type() + " (give numbers as 0-dim tensors)");
+  }
+}
+}  // namespace
+
+Value collated_structure(const Value& spec, const std::vector<Tensor>& leaves) {
+  size_t k = 0;
+  return build_structure(spec, leaves, k);
+}
+
+Value MapFetcher::fetch_into_spec(const IndexBatch& indices) {
+  const auto b = static_cast<int64_t>(indices.size());
+  TensorAllocator& alloc = current_tensor_allocator();
+  std::vector<Tensor> batch;
+  std::vector<uint8_t*> base;
+  std::vector<size_t> row_bytes;
+  batch.reserve(spec_leaves_.size());
+  for (const auto& leaf : spec_leaves_) {
+    Dims shape = leaf.sizes();
+    shape.push_front(b);
+    batch.push_back(Tensor::empty(shape, leaf.dtype(), &alloc));
+    base.push_back(static_cast<uint8_t*>(batch.back().data_ptr()));
+    row_bytes.push_back(leaf.nbytes());
+  }
+  std::vector<void*> rows(spec_leaves_.size());
+  for (int64_t r = 0; r < b; ++r) {
+    for (size_t k = 0; k < rows.size(); ++k) rows[k] = base[k] + static_cast<size_t>(r) * row_bytes[k];
+    dataset_->get_into(indices[static_cast<size_t>(r)], rows.data());
+  }
+  return collated_structure(*spec_, batch);
+}
+
+Value MapFetcher::fetch(const IndexBatch& indices) {
+  if (spec_) return fetch_into_spec(indices);
+  std::vector<Value> samples;
+  if (auto_collation_) {
+    samples = dataset_->get_batch(indices);
+  } else {
+    samples.push_back(dataset_->get(indices.at(0)));
+  }
+  return apply_collate(collate_, samples, auto_collation_);
+}
+
+IterableFetcher::IterableFetcher(std::shared_ptr<IterableDataset> dataset, bool auto_collation,
+                                 CollateFn collate, bool drop_last)
+    : dataset_(std::move(dataset)), cursor_(dataset_->iter()), auto_collation_(auto_collation),
+      collate_(std::move(collate)), drop_last_(drop_last) {}
+
+std::optional<Value> IterableFetcher::fetch(size_t n) {
+  if (ended_) return std::nullopt;
+  std::vector<Value> samples;
+  if (auto_collation_) {
+    samples.reserve(n);
+    while (samples.size() < n) {
+      auto v = cursor_->next();
+      if (!v) {
+        ended_ = true;
+        break;
+      }
+      samples.push_back(std::move(*v));
+    }
+    if (samples.empty() || (drop_last_ && samples.size() < n)) return std::nullopt;
+  } else {
+    auto v = cursor_->next();
+    if (!v) {
+      ended_ = true;
+      return std::nullopt;
+    }
+    samples.push_back(std::move(*v));
+  }
+  return apply_collate(collate_, samples, auto_collation_);
+}
+
+}  // namespace loader
+
+namespace loader {
+
+TaskSource::TaskSource(std::shared_ptr<BatchSamplerBase> batch_sampler, std::shared_ptr<Sampler> sampler) {
+  if (batch_sampler) batches_ = batch_sampler->iter();
+  else indices_ = sampler->iter();
+}
+
+std::optional<IndexBatch> TaskSource::next() {
+  if (batches_) return batches_->next();
+  auto i = indices_->next();
+  if (!i) return std::nullopt;
+  return IndexBatch{*i};
+}
+
+}  // namespace loader

@@ -1,0 +1,521 @@
+#include "loader/samplers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "loader/error.h"
+
+namespace loader {
+
+namespace {
+
+/// The generator a pass draws from: the given one, or the default generator.
+Generator& generator_or_default(const std::shared_ptr<Generator>& g) { return g ? *g : default_generator(); }
+
+/// ceil(a / b) for b > 0, as Python's math.ceil(a / b) for the small values used here.
+int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+std::string positive_int_message(const std::string& name, int64_t value) {
+  return name + " should be a positive integer value, but got " + name + "=" + std::to_string(value);
+}
+
+/// Python's tuple formatting of a shape: (), (3,), (1, 2).
+std::string shape_tuple(const Dims& sizes) {
+  std::string s = "(";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(sizes[i]);
+  }
+  if (sizes.size() == 1) s += ",";
+  return s + ")";
+}
+
+/// A pass over a shared, immutable vector (ListSampler, ListBatchSampler).
+template <class T>
+class VectorCursor final : public Cursor<T> {
+ public:
+  explicit VectorCursor(std::shared_ptr<const std::vector<T>> items) : items_(std::move(items)) {}
+  std::optional<T> next() override {
+    if (pos_ >= items_->size()) return std::nullopt;
+    return (*items_)[pos_++];
+  }
+
+ private:
+  std::shared_ptr<const std::vector<T>> items_;
+  size_t pos_ = 0;
+};
+
+// ------------------------------------------------------------------ RandomSampler pass
+//
+// Mirrors torch/utils/data/sampler.py (1.13) RandomSampler.__iter__, a Python generator:
+//
+//   n = len(data_source)
+//   generator = self.generator or Generator().manual_seed(<int64 random_() from default>)
+//   if replacement:
+//       for _ in range(num_samples // 32): yield from randint(high=n, size=(32,))
+//       yield from randint(high=n, size=(num_samples % 32,))
+//   else:
+//       for _ in range(num_samples // n): yield from randperm(n)
+//       yield from randperm(n)[:num_samples % n]
+//
+// Every block is drawn when the consumer asks for its first element, so draws from a
+// shared generator interleave with other users exactly as in PyTorch; the trailing
+// randperm is drawn (and possibly discarded) at the next() that ends the pass.
+class RandomCursor final : public Cursor<int64_t> {
+ public:
+  RandomCursor(SampleSource source, bool replacement, std::optional<int64_t> num_samples,
+               std::shared_ptr<Generator> generator)
+      : source_(std::move(source)),
+        replacement_(replacement),
+        requested_(num_samples),
+        generator_(std::move(generator)) {}
+
+  std::optional<int64_t> next() override {
+    if (done_) return std::nullopt;
+    if (!started_) start();
+    while (pos_ >= block_.size()) {
+      if (!draw_block()) {
+        done_ = true;
+        block_ = {};
+        return std::nullopt;
+      }
+    }
+    return block_[pos_++];
+  }
+
+ private:
+  void start() {
+    started_ = true;
+    n_ = source_.size();
+    if (!generator_) {
+      int64_t seed = default_generator().random_int64();
+      generator_ = std::make_shared<Generator>(static_cast<uint64_t>(seed));
+    }
+    num_samples_ = requested_ ? *requested_ : n_;
+    if (replacement_) {
+      full_blocks_ = num_samples_ / kChunk;
+      tail_size_ = num_samples_ % kChunk;
+    } else {
+      if (n_ == 0) {
+        done_ = true;
+        throw ValueError("RandomSampler: cannot draw num_samples=" + std::to_string(num_samples_) +
+                         " samples without replacement from an empty data source (PyTorch raises "
+                         "ZeroDivisionError here); give the sampler a non-empty dataset");
+      }
+      full_blocks_ = num_samples_ / n_;
+      tail_size_ = num_samples_ % n_;
+    }
+  }
+
+  /// Draws the next block; false when the pass is over.
+  bool draw_block() {
+    pos_ = 0;
+    int64_t size = 0;
+    if (full_blocks_ > 0) {
+      --full_blocks_;
+      size = replacement_ ? kChunk : n_;
+    } else if (!tail_drawn_) {
+      tail_drawn_ = true;
+      size = tail_size_;
+    } else {
+      return false;
+    }
+    if (replacement_) {
+      if (n_ <= 0) {
+        done_ = true;
+        throw RuntimeError("random_ expects 'from' to be less than 'to', but got from=0 >= to=" +
+                           std::to_string(n_) + " (RandomSampler with replacement over an empty data source)");
+      }
+      block_.resize(static_cast<size_t>(size));
+      for (auto& v : block_) v = generator_->randint(n_);
+    } else {
+      block_ = randperm(n_, *generator_);
+      block_.resize(static_cast<size_t>(size));
+    }
+    return true;
+  }
+
+  static constexpr int64_t kChunk = 32;
+
+  SampleSource source_;
+  bool replacement_;
+  std::optional<int64_t> requested_;
+  std::shared_ptr<Generator> generator_;
+  bool started_ = false;
+  bool done_ = false;
+  bool tail_drawn_ = false;
+  int64_t n_ = 0;
+  int64_t num_samples_ = 0;
+  int64_t full_blocks_ = 0;
+  int64_t tail_size_ = 0;
+  std::vector<int64_t> block_;
+  size_t pos_ = 0;
+};
+
+// ------------------------------------------------------------------ BatchSampler pass
+class BatchCursor final : public Cursor<IndexBatch> {
+ public:
+  BatchCursor(std::shared_ptr<Sampler> sampler, int64_t batch_size, bool drop_last)
+      : sampler_(std::move(sampler)), batch_size_(batch_size), drop_last_(drop_last) {}
+
+  std::optional<IndexBatch> next() override {
+    if (done_) return std::nullopt;
+    // iter(self.sampler) runs in the generator body, i.e. at the first next().
+    if (!inner_) inner_ = sampler_->iter();
+    IndexBatch batch;
+    batch.reserve(static_cast<size_t>(std::min<int64_t>(batch_size_, 1 << 16)));
+    while (static_cast<int64_t>(batch.size()) < batch_size_) {
+      std::optional<int64_t> idx = inner_->next();
+      if (!idx) {
+        done_ = true;
+        inner_.reset();
+        if (drop_last_ || batch.empty()) return std::nullopt;
+        return batch;
+      }
+      batch.push_back(*idx);
+    }
+    return batch;
+  }
+
+ private:
+  std::shared_ptr<Sampler> sampler_;
+  int64_t batch_size_;
+  bool drop_last_;
+  std::unique_ptr<Cursor<int64_t>> inner_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+// ------------------------------------------------------------------ SampleSource
+SampleSource::SampleSource(int64_t n) : n_(n) {
+  if (n < 0)
+    throw ValueError("sampler: the data source length must be >= 0, but got " + std::to_string(n));
+}
+
+SampleSource SampleSource::from_size_function(std::function<int64_t()> size_fn) {
+  if (!size_fn) throw ValueError("SampleSource::from_size_function: the size function is empty");
+  SampleSource s;
+  s.size_fn_ = std::move(size_fn);
+  return s;
+}
+
+SampleSource SampleSource::from_dataset(std::shared_ptr<Dataset> dataset) {
+  if (!dataset) throw ValueError("sampler: the dataset is null; pass a dataset or a length");
+  return from_size_function([ds = std::move(dataset)] { return ds->size(); });
+}
+
+int64_t SampleSource::size() const {
+  if (!size_fn_) return n_;
+  int64_t n = size_fn_();
+  if (n < 0)
+    throw ValueError("__len__() should return >= 0, but the sampler's data source reported " + std::to_string(n));
+  return n;
+}
+
+// ------------------------------------------------------------------ SequentialSampler
+SequentialSampler::SequentialSampler(SampleSource source) : source_(std::move(source)) {}
+
+std::unique_ptr<Cursor<int64_t>> SequentialSampler::iter() {
+  // iter(range(len(data_source))): the length is read now, not lazily.
+  return make_cursor<int64_t>([i = int64_t{0}, n = source_.size()]() mutable -> std::optional<int64_t> {
+    if (i >= n) return std::nullopt;
+    return i++;
+  });
+}
+
+std::optional<int64_t> SequentialSampler::size() const { return source_.size(); }
+
+// ------------------------------------------------------------------ RandomSampler
+RandomSampler::RandomSampler(SampleSource source, bool replacement, std::optional<int64_t> num_samples,
+                             std::shared_ptr<Generator> generator)
+    : source_(std::move(source)),
+      replacement_(replacement),
+      num_samples_(num_samples),
+      generator_(std::move(generator)) {
+  int64_t k = this->num_samples();
+  if (k <= 0) throw ValueError(positive_int_message("num_samples", k));
+}
+
+RandomSampler::RandomSampler(SampleSource source, std::shared_ptr<Generator> generator)
+    : RandomSampler(std::move(source), false, std::nullopt, std::move(generator)) {}
+
+RandomSampler::RandomSampler(SampleSource source, const RandomSamplerOptions& options)
+    : RandomSampler(std::move(source), options.replacement, options.num_samples, options.generator) {}
+
+int64_t RandomSampler::num_samples() const { return num_samples_ ? *num_samples_ : source_.size(); }
+
+std::unique_ptr<Cursor<int64_t>> RandomSampler::iter() {
+  return std::make_unique<RandomCursor>(source_, replacement_, num_samples_, generator_);
+}
+
+// ------------------------------------------------------------------ SubsetRandomSampler
+SubsetRandomSampler::SubsetRandomSampler(std::vector<int64_t> indices, std::shared_ptr<Generator> generator)
+    : indices_(std::make_shared<const std::vector<int64_t>>(std::move(indices))), generator_(std::move(generator)) {}
+
+std::unique_ptr<Cursor<int64_t>> SubsetRandomSampler::iter() {
+  // for i in torch.randperm(len(indices), generator): yield indices[i]  -- drawn at first next().
+  return make_cursor<int64_t>([indices = indices_, generator = generator_, perm = std::vector<int64_t>(),
+                               pos = size_t{0}, started = false]() mutable -> std::optional<int64_t> {
+    if (!started) {
+      started = true;
+      perm = randperm(static_cast<int64_t>(indices->size()), generator_or_default(generator));
+    }
+    if (pos >= perm.size()) {
+      perm = {};
+      return std::nullopt;
+    }
+    return (*indices)[static_cast<size_t>(perm[pos++])];
+  });
+}
+
+std::optional<int64_t> SubsetRandomSampler::size() const { return static_cast<int64_t>(indices_->size()); }
+
+// ------------------------------------------------------------------ multinomial
+std::vector<int64_t> multinomial(const std::vector<double>& weights, int64_t num_samples, bool replacement,
+                                 Generator& generator) {
+  // The checks of aten/src/ATen/native/Distributions.cpp multinomial_out (1.13), in order.
+  if (num_samples <= 0) throw RuntimeError("cannot sample n_sample <= 0 samples");
+  const int64_t n = static_cast<int64_t>(weights.size());
+  if (!replacement && num_samples > n)
+    throw RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  if (n > (int64_t{1} << 24)) throw RuntimeError("number of categories cannot exceed 2^24");
+
+  std::vector<int64_t> result(static_cast<size_t>(num_samples));
+  if (!replacement) {
+    // (max < inf) & (min >= 0): NaN fails both, as torch's NaN-propagating max/min do.
+    bool all_zero = true;
+    for (double w : weights) {
+      if (!(w >= 0.0) || !(w < std::numeric_limits<double>::infinity()))
+        throw RuntimeError("probability tensor contains either `inf`, `nan` or element < 0");
+      if (w != 0.0) all_zero = false;
+    }
+    if (all_zero) throw RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)");
+    // Gumbel-max trick in exponential form: argmax / topk of w_i / q_i, q_i ~ Exp(1),
+    // drawn for every category in order (CPU exponential_: -1/lambda * log(1 - u)).
+    using Elem = std::pair<double, int64_t>;
+    std::vector<Elem> queue(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      double u = generator.uniform_double();
+      double q = -1.0 * std::log(1.0 - u);
+      queue[static_cast<size_t>(i)] = {weights[static_cast<size_t>(i)] / q, i};
+    }
+    if (num_samples == 1) {
+      // argmax: the first maximum, a NaN counting as the maximum.
+      int64_t best = 0;
+      for (int64_t i = 1; i < n; ++i) {
+        double b = queue[static_cast<size_t>(best)].first;
+        double v = queue[static_cast<size_t>(i)].first;
+        if (std::isnan(b)) break;
+        if (std::isnan(v) || v > b) best = i;
+      }
+      result[0] = best;
+      return result;
+    }
+    // torch.topk(largest=True, sorted=True) on CPU (aten/src/ATen/native/TopKImpl.h): the
+    // same standard-library calls with the same comparator, so ties fall the same way.
+    auto greater = [](const Elem& x, const Elem& y) {
+      return (std::isnan(x.first) && !std::isnan(y.first)) || (x.first > y.first);
+    };
+    const int64_t k = num_samples;
+    if (k * 64 <= n) {
+      std::partial_sort(queue.begin(), queue.begin() + k, queue.end(), greater);
+    } else {
+      std::nth_element(queue.begin(), queue.begin() + (k - 1), queue.end(), greater);
+      std::sort(queue.begin(), queue.begin() + (k - 1), greater);
+    }
+    for (int64_t j = 0; j < k; ++j) result[static_cast<size_t>(j)] = queue[static_cast<size_t>(j)].second;
+    return result;
+  }
+
+  // multinomial_with_replacement (aten/src/ATen/native/cpu/MultinomialKernel.cpp), double.
+  std::vector<double> cum_dist(static_cast<size_t>(n));
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    double val = weights[static_cast<size_t>(j)];
+    if (!(val >= 0.0))
+      throw RuntimeError("invalid multinomial distribution (encountering probability entry < 0)");
+    if (!std::isfinite(val))
+      throw RuntimeError("invalid multinomial distribution (encountering probability entry = infinity or NaN)");
+    sum += val;
+    cum_dist[static_cast<size_t>(j)] = sum;
+  }
+  if (!(sum > 0.0)) throw RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)");
+  for (auto& c : cum_dist) c /= sum;
+  cum_dist[static_cast<size_t>(n - 1)] = 1.0;
+  for (int64_t j = 0; j < num_samples; ++j) {
+    double u = generator.uniform_double();
+    int64_t left = 0;
+    int64_t right = n;
+    while (right - left > 0) {
+      int64_t mid = left + (right - left) / 2;
+      if (cum_dist[static_cast<size_t>(mid)] < u) {
+        left = mid + 1;
+      } else {
+        right = mid;
+      }
+    }
+    result[static_cast<size_t>(j)] = left;
+  }
+  return result;
+}
+
+// ------------------------------------------------------------------ WeightedRandomSampler
+WeightedRandomSampler::WeightedRandomSampler(std::vector<double> weights, int64_t num_samples, bool replacement,
+                                             std::shared_ptr<Generator> generator)
+    : weights_(std::make_shared<const std::vector<double>>(std::move(weights))),
+      num_samples_(num_samples),
+      replacement_(replacement),
+      generator_(std::move(generator)) {
+  if (num_samples <= 0) throw ValueError(positive_int_message("num_samples", num_samples));
+}
+
+static std::vector<double> weights_from_tensor(const Tensor& weights, int64_t num_samples) {
+  // PyTorch checks num_samples before converting the weights.
+  if (num_samples <= 0) throw ValueError(positive_int_message("num_samples", num_samples));
+  if (!weights.defined()) throw ValueError("WeightedRandomSampler: the weights tensor is undefined");
+  if (weights.dim() != 1)
+    throw ValueError("weights should be a 1d sequence but given weights have shape " + shape_tuple(weights.sizes()));
+  return weights.to_double_vector();
+}
+
+WeightedRandomSampler::WeightedRandomSampler(const Tensor& weights, int64_t num_samples, bool replacement,
+                                             std::shared_ptr<Generator> generator)
+    : WeightedRandomSampler(weights_from_tensor(weights, num_samples), num_samples, replacement,
+                            std::move(generator)) {}
+
+std::unique_ptr<Cursor<int64_t>> WeightedRandomSampler::iter() {
+  return make_cursor<int64_t>([weights = weights_, k = num_samples_, replacement = replacement_,
+                               generator = generator_, drawn = std::vector<int64_t>(), pos = size_t{0},
+                               started = false, done = false]() mutable -> std::optional<int64_t> {
+    if (done) return std::nullopt;
+    if (!started) {
+      started = true;
+      done = true;  // an invalid distribution ends the pass, as the Python generator does
+      drawn = multinomial(*weights, k, replacement, generator_or_default(generator));
+      done = false;
+    }
+    if (pos >= drawn.size()) {
+      done = true;
+      drawn = {};
+      return std::nullopt;
+    }
+    return drawn[pos++];
+  });
+}
+
+// ------------------------------------------------------------------ ListSampler
+ListSampler::ListSampler(std::vector<int64_t> indices)
+    : indices_(std::make_shared<const std::vector<int64_t>>(std::move(indices))) {}
+
+std::shared_ptr<ListSampler> ListSampler::range(int64_t start, int64_t stop, int64_t step) {
+  if (step == 0) throw ValueError("range() arg 3 must not be zero (ListSampler::range step)");
+  std::vector<int64_t> v;
+  if (step > 0) {
+    for (int64_t i = start; i < stop; i += step) v.push_back(i);
+  } else {
+    for (int64_t i = start; i > stop; i += step) v.push_back(i);
+  }
+  return std::make_shared<ListSampler>(std::move(v));
+}
+
+std::unique_ptr<Cursor<int64_t>> ListSampler::iter() { return std::make_unique<VectorCursor<int64_t>>(indices_); }
+
+std::optional<int64_t> ListSampler::size() const { return static_cast<int64_t>(indices_->size()); }
+
+// ------------------------------------------------------------------ BatchSampler
+BatchSampler::BatchSampler(std::shared_ptr<Sampler> sampler, int64_t batch_size, bool drop_last)
+    : sampler_(std::move(sampler)), batch_size_(batch_size), drop_last_(drop_last) {
+  if (batch_size <= 0) throw ValueError(positive_int_message("batch_size", batch_size));
+  if (!sampler_) throw ValueError("BatchSampler: sampler is null; pass a sampler (or a list of indices)");
+}
+
+BatchSampler::BatchSampler(std::vector<int64_t> indices, int64_t batch_size, bool drop_last)
+    : BatchSampler(std::make_shared<ListSampler>(std::move(indices)), batch_size, drop_last) {}
+
+std::unique_ptr<Cursor<IndexBatch>> BatchSampler::iter() {
+  return std::make_unique<BatchCursor>(sampler_, batch_size_, drop_last_);
+}
+
+std::optional<int64_t> BatchSampler::size() const {
+  std::optional<int64_t> n = sampler_->size();
+  if (!n) return std::nullopt;
+  return drop_last_ ? *n / batch_size_ : (*n + batch_size_ - 1) / batch_size_;
+}
+
+// ------------------------------------------------------------------ ListBatchSampler
+ListBatchSampler::ListBatchSampler(std::vector<IndexBatch> batches)
+    : batches_(std::make_shared<const std::vector<IndexBatch>>(std::move(batches))) {}
+
+std::unique_ptr<Cursor<IndexBatch>> ListBatchSampler::iter() {
+  return std::make_unique<VectorCursor<IndexBatch>>(batches_);
+}
+
+std::optional<int64_t> ListBatchSampler::size() const { return static_cast<int64_t>(batches_->size()); }
+
+// ------------------------------------------------------------------ DistributedSampler
+static int64_t from_environment(const char* variable, const char* argument) {
+  const char* text = std::getenv(variable);
+  std::string what = std::string("DistributedSampler: ") + argument;
+  if (!text || !*text)
+    throw RuntimeError(what + " was not given and the " + variable +
+                       " environment variable is not set (PyTorch would ask the default process group, "
+                       "which requires init_process_group); pass num_replicas and rank explicitly");
+  char* end = nullptr;
+  long long v = std::strtoll(text, &end, 10);
+  if (*end != '\0') throw ValueError(what + ": the " + variable + " environment variable is not an integer: '" + text + "'");
+  return v;
+}
+
+DistributedSampler::DistributedSampler(SampleSource source, std::optional<int64_t> num_replicas,
+                                       std::optional<int64_t> rank, bool shuffle, int64_t seed, bool drop_last)
+    : source_(std::move(source)), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
+  num_replicas_ = num_replicas ? *num_replicas : from_environment("WORLD_SIZE", "num_replicas");
+  rank_ = rank ? *rank : from_environment("RANK", "rank");
+  if (rank_ >= num_replicas_ || rank_ < 0)
+    throw ValueError("Invalid rank " + std::to_string(rank_) + ", rank should be in the interval [0, " +
+                     std::to_string(num_replicas_ - 1) + "]");
+  n_ = source_.size();
+  // If the length is evenly divisible, no data is dropped; otherwise drop the tail so
+  // that every replica gets the same amount (ceil of a possibly negative quotient).
+  if (drop_last_ && n_ % num_replicas_ != 0) {
+    num_samples_ = ceil_div(n_ - num_replicas_, num_replicas_);
+  } else {
+    num_samples_ = ceil_div(n_, num_replicas_);
+  }
+  total_size_ = num_samples_ * num_replicas_;
+}
+
+DistributedSampler::DistributedSampler(SampleSource source, const DistributedSamplerOptions& options)
+    : DistributedSampler(std::move(source), options.num_replicas, options.rank, options.shuffle, options.seed,
+                         options.drop_last) {}
+
+std::unique_ptr<Cursor<int64_t>> DistributedSampler::iter() {
+  const int64_t n = source_.size();
+  if (n != n_)
+    throw AssertionError("DistributedSampler: the data source has " + std::to_string(n) +
+                         " samples but had " + std::to_string(n_) +
+                         " when the sampler was built; build a new DistributedSampler after resizing the dataset");
+  std::vector<int64_t> indices;
+  if (shuffle_) {
+    Generator g(static_cast<uint64_t>(seed_) + static_cast<uint64_t>(epoch_));
+    indices = randperm(n, g);
+  } else {
+    indices.resize(static_cast<size_t>(n));
+    std::iota(indices.begin(), indices.end(), int64_t{0});
+  }
+  // Pad by repeating from the start (cyclically when the padding exceeds n), or drop the tail.
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(num_samples_));
+  for (int64_t i = rank_; i < total_size_; i += num_replicas_) {
+    mine.push_back(indices[static_cast<size_t>(i < n ? i : (i - n) % n)]);
+  }
+  return std::make_unique<VectorCursor<int64_t>>(std::make_shared<const std::vector<int64_t>>(std::move(mine)));
+}
+
+}  // namespace loader

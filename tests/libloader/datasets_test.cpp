@@ -1,0 +1,499 @@
+// TensorDataset, ConcatDataset, ChainDataset, Subset and the built-in registered datasets:
+// PyTorch's own dataset tests (TORCH_TESTS.md D1-D13, D15, D16) and the golden messages
+// of ../shared/golden/errors.json (section "datasets") and iterable_dataset.json.
+#include "loader/datasets.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "loader/collate.h"
+#include "loader/error.h"
+#include "loader/worker_info.h"
+#include "test_util.h"
+
+namespace loader {
+namespace {
+
+using nlohmann::json;
+
+json load_json(const std::string& name) {
+  std::string text = testing::read_file(testing::golden_path(name));
+  if (text.empty()) throw std::runtime_error("cannot read " + testing::golden_path(name));
+  return json::parse(text);
+}
+
+const json& golden_datasets() {
+  static const json j = load_json("errors.json").at("datasets");
+  return j;
+}
+
+// Runs fn and checks the golden exception type and message recorded under `name`.
+void expect_golden_error(const std::string& name, const std::function<void()>& fn) {
+  SCOPED_TRACE("errors.json datasets." + name);
+  const json& want = golden_datasets().at(name);
+  ASSERT_FALSE(want.at("ok").get<bool>());
+  try {
+    fn();
+    ADD_FAILURE() << "expected " << want.at("type").get<std::string>() << ": " << want.at("message");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.python_type(), want.at("type").get<std::string>());
+    EXPECT_EQ(std::string(e.what()), want.at("message").get<std::string>());
+  }
+}
+
+const json& golden_result(const std::string& name) {
+  const json& want = golden_datasets().at(name);
+  EXPECT_TRUE(want.at("ok").get<bool>()) << name;
+  return want.at("result");
+}
+
+// A Python list of ints [start, start + n) as a map-style dataset.
+std::shared_ptr<Dataset> ints(int64_t n, int64_t start = 0) { return std::make_shared<RangeDataset>(n, start); }
+
+std::vector<int64_t> all_samples(Dataset& ds) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < ds.size(); ++i) out.push_back(ds.get(i).to_int());
+  return out;
+}
+
+std::vector<int64_t> drain(IterableDataset& ds) {
+  std::vector<int64_t> out;
+  auto cursor = ds.iter();
+  while (auto v = cursor->next()) out.push_back(v->to_int());
+  return out;
+}
+
+Tensor float_tensor(const Dims& shape) {
+  return Tensor::arange(numel_of(shape), DType::Float32).view(shape);
+}
+
+// ------------------------------------------------------------------ TensorDataset
+
+TEST(TensorDataset, LenIsTheFirstDimension) {  // D1
+  TensorDataset ds({float_tensor({15, 10, 2, 3, 4, 5}), Tensor::arange(15)});
+  EXPECT_EQ(ds.size(), 15);
+}
+
+TEST(TensorDataset, GetItemIndexesEveryTensorWithViews) {  // D2
+  Tensor t = float_tensor({15, 10, 2, 3, 4, 5});
+  Tensor l = float_tensor({15});
+  TensorDataset ds({t, l});
+  for (int64_t i = 0; i < 15; ++i) {
+    Value s = ds.get(i);
+    ASSERT_TRUE(s.is_tuple());
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_TRUE(s[0].to_tensor().equal(t[i]));
+    EXPECT_TRUE(s[1].to_tensor().equal(l[i]));
+    EXPECT_EQ(s[0].to_tensor().storage(), t.storage());  // no copy
+  }
+  EXPECT_TRUE(ds.get(-1)[0].to_tensor().equal(t[14]));
+  EXPECT_THROW(ds.get(15), IndexError);
+}
+
+TEST(TensorDataset, OneDimensionalTensorsGiveZeroDimItems) {  // D3
+  Tensor t = float_tensor({15});
+  Tensor l = Tensor::arange(15);
+  TensorDataset ds({t, l});
+  for (int64_t i = 0; i < 15; ++i) {
+    Value s = ds.get(i);
+    EXPECT_EQ(s[0].to_tensor().dim(), 0);
+    EXPECT_EQ(s[0].to_tensor().item<float>(), static_cast<float>(i));
+    EXPECT_EQ(s[1].to_tensor().item<int64_t>(), i);
+  }
+}
+
+TEST(TensorDataset, SingleTensorGivesOneTuple) {  // D4
+  Tensor t = float_tensor({15, 10});
+  TensorDataset ds({t});
+  for (int64_t i = 0; i < 15; ++i) {
+    Value s = ds.get(i);
+    ASSERT_TRUE(s.is_tuple());
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_TRUE(s[0].to_tensor().equal(t[i]));
+  }
+}
+
+TEST(TensorDataset, ManyTensorsOfDifferentTrailingShapesIndexTogether) {  // D5
+  std::vector<Tensor> ts{float_tensor({15, 10}), float_tensor({15, 2, 3}), Tensor::arange(15),
+                         float_tensor({15, 1, 1, 4})};
+  TensorDataset ds(ts);
+  for (int64_t i = 0; i < 15; ++i) {
+    Value s = ds.get(i);
+    ASSERT_EQ(s.size(), ts.size());
+    for (size_t k = 0; k < ts.size(); ++k) EXPECT_TRUE(s[k].to_tensor().equal(ts[k][i]));
+  }
+}
+
+TEST(TensorDataset, SizeMismatchRaisesPyTorchsAssertion) {  // D6
+  expect_golden_error("tensordataset_size_mismatch", [] {
+    TensorDataset ds({Tensor::zeros({3}, DType::Float32), Tensor::zeros({4}, DType::Float32)});
+  });
+  EXPECT_THROW(TensorDataset({}), ValueError);
+  EXPECT_THROW(TensorDataset({Tensor::scalar(int64_t{1})}), IndexError);
+}
+
+TEST(TensorDataset, GetIntoWritesTheSameRowsAsDefaultCollate) {
+  Tensor features = float_tensor({6, 4});
+  Tensor transposed = Tensor::arange(12).view({2, 6}).transpose(0, 1);  // non-contiguous [6, 2]
+  auto ds = std::make_shared<TensorDataset>(std::vector<Tensor>{features, transposed});
+  auto spec = ds->sample_spec();
+  ASSERT_TRUE(spec.has_value());
+  ASSERT_TRUE(spec->is_tuple());
+  EXPECT_EQ((*spec)[0].to_tensor().sizes(), (Dims{4}));
+  EXPECT_EQ((*spec)[1].to_tensor().sizes(), (Dims{2}));
+  // Rows of a subset's batch, written by get_into, equal default_collate of get().
+  Subset sub(ds, {5, 0, 3});
+  IndexBatch idx{2, 0, -1};
+  Tensor a = Tensor::empty({3, 4}, DType::Float32);
+  Tensor b = Tensor::empty({3, 2}, DType::Int64);
+  for (size_t r = 0; r < idx.size(); ++r) {
+    void* leaves[2] = {a[static_cast<int64_t>(r)].data_ptr(), b[static_cast<int64_t>(r)].data_ptr()};
+    sub.get_into(idx[r], leaves);
+  }
+  std::vector<Value> samples = sub.get_batch(idx);
+  Value batch = default_collate(samples);
+  EXPECT_TRUE(batch[0].to_tensor().equal(a));
+  EXPECT_TRUE(batch[1].to_tensor().equal(b));
+  void* leaves[2] = {a.data_ptr(), b.data_ptr()};
+  EXPECT_THROW(ds->get_into(6, leaves), IndexError);
+}
+
+// ------------------------------------------------------------------ ConcatDataset
+
+TEST(ConcatDataset, TwoSingletons) {  // D7
+  ConcatDataset ds({ints(1, 0), ints(1, 1)});
+  EXPECT_EQ(ds.size(), 2);
+  EXPECT_EQ(ds.get(0).to_int(), 0);
+  EXPECT_EQ(ds.get(1).to_int(), 1);
+}
+
+TEST(ConcatDataset, TwoNonSingletons) {  // D8
+  ConcatDataset ds({ints(5, 0), ints(5, 5)});
+  EXPECT_EQ(ds.size(), 10);
+  EXPECT_EQ(ds.get(0).to_int(), 0);
+  EXPECT_EQ(ds.get(5).to_int(), 5);
+  EXPECT_EQ(all_samples(ds), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST(ConcatDataset, EmptyMembersAreSkipped) {  // D9
+  ConcatDataset with_empty({ints(5, 0), ints(0), ints(5, 5)});
+  EXPECT_EQ(with_empty.size(), 10);
+  EXPECT_EQ(with_empty.cumulative_sizes(), (std::vector<int64_t>{5, 5, 10}));
+  EXPECT_EQ(with_empty.get(5).to_int(), golden_result("concat_with_empty_member_index_5").get<int64_t>());
+  EXPECT_EQ(all_samples(with_empty), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  ConcatDataset sizes({ints(2, 0), ints(0), ints(3, 2)});
+  EXPECT_EQ(sizes.cumulative_sizes(), golden_result("concat_cumulative_sizes").get<std::vector<int64_t>>());
+}
+
+TEST(ConcatDataset, IndexErrorsAndNegativeIndicesMatchPyTorch) {  // D10
+  ConcatDataset ds({ints(5, 0), ints(5, 5)});
+  expect_golden_error("concat_index_11_of_10", [&] { ds.get(11); });
+  EXPECT_THROW(ds.get(10), IndexError);
+  EXPECT_EQ(ds.get(-1).to_int(), golden_result("concat_index_-1").get<int64_t>());
+  EXPECT_EQ(ds.get(-10).to_int(), 0);
+  expect_golden_error("concat_index_-11", [&] { ds.get(-11); });
+  // A trailing empty member: index == size() still finds no member.
+  ConcatDataset trailing({ints(5), ints(0)});
+  EXPECT_THROW(trailing.get(5), IndexError);
+}
+
+TEST(ConcatDataset, AddingDatasetsConcatenatesThem) {  // D11
+  auto d1 = std::make_shared<TensorDataset>(std::vector<Tensor>{float_tensor({7, 3, 2}), float_tensor({7})});
+  auto d2 = std::make_shared<TensorDataset>(std::vector<Tensor>{float_tensor({7, 3, 2}), float_tensor({7})});
+  auto d3 = std::make_shared<TensorDataset>(std::vector<Tensor>{float_tensor({7, 3, 2}), float_tensor({7})});
+  std::shared_ptr<ConcatDataset> result = d1 + d2 + d3;
+  EXPECT_EQ(result->size(), 21);
+  EXPECT_EQ(result->datasets().size(), 2u);  // (d1 + d2) + d3, nested as in PyTorch
+  EXPECT_TRUE(result->get(0)[0].to_tensor().equal(d1->get(0)[0].to_tensor()));
+  EXPECT_TRUE(result->get(7)[0].to_tensor().equal(d2->get(0)[0].to_tensor()));
+  EXPECT_TRUE(result->get(14)[0].to_tensor().equal(d3->get(0)[0].to_tensor()));
+  EXPECT_EQ(result->get(7)[0].to_tensor().storage(), d2->tensors()[0].storage());
+}
+
+TEST(ConcatDataset, RejectsIterableMembersAndEmptyLists) {  // D12
+  std::shared_ptr<DatasetBase> map_style = ints(3);
+  std::shared_ptr<DatasetBase> iterable = std::make_shared<CountingDataset>(3);
+  expect_golden_error("concat_with_iterable", [&] {
+    ConcatDataset ds(std::vector<std::shared_ptr<DatasetBase>>{map_style, iterable});
+  });
+  expect_golden_error("concat_empty", [] { ConcatDataset ds(std::vector<std::shared_ptr<Dataset>>{}); });
+  expect_golden_error("concat_empty", [] { ConcatDataset ds(std::vector<std::shared_ptr<DatasetBase>>{}); });
+  ConcatDataset from_base(std::vector<std::shared_ptr<DatasetBase>>{map_style, map_style});
+  EXPECT_EQ(from_base.size(), 6);
+}
+
+class RecordingDataset : public Dataset {
+ public:
+  Value get(int64_t index) override { return Value(index * 10); }
+  int64_t size() const override { return 100; }
+  std::vector<Value> get_batch(const IndexBatch& indices) override {
+    calls.push_back(indices);
+    return Dataset::get_batch(indices);
+  }
+  std::vector<IndexBatch> calls;
+};
+
+TEST(ConcatDataset, GetBatchForwardsRunsToEachMember) {  // D16
+  auto a = std::make_shared<RecordingDataset>();
+  auto b = std::make_shared<RecordingDataset>();
+  ConcatDataset ds({a, b});
+  std::vector<Value> got = ds.get_batch({1, 2, 101, 3, -1});
+  std::vector<int64_t> values;
+  for (const auto& v : got) values.push_back(v.to_int());
+  EXPECT_EQ(values, (std::vector<int64_t>{10, 20, 10, 30, 990}));
+  EXPECT_EQ(a->calls, (std::vector<IndexBatch>{{1, 2}, {3}}));
+  EXPECT_EQ(b->calls, (std::vector<IndexBatch>{{1}, {99}}));
+}
+
+// ------------------------------------------------------------------ ChainDataset
+
+TEST(ChainDataset, YieldsTheMembersOneAfterAnother) {  // D13
+  auto it1 = std::make_shared<CountingDataset>(20);
+  auto it2 = std::make_shared<CountingDataset>(15);
+  std::vector<int64_t> expected(20);
+  for (int64_t i = 0; i < 20; ++i) expected[static_cast<size_t>(i)] = i;
+  for (int64_t i = 0; i < 15; ++i) expected.push_back(i);
+  WorkerInfo one_worker;
+  one_worker.id = 0;
+  one_worker.num_workers = 1;
+  for (const WorkerInfo* info : {static_cast<const WorkerInfo*>(nullptr), static_cast<const WorkerInfo*>(&one_worker)}) {
+    WorkerInfoScope scope(info);
+    std::shared_ptr<ChainDataset> added = it1 + it2;
+    ChainDataset listed({it1, it2});
+    EXPECT_EQ(drain(*added), expected);
+    EXPECT_EQ(drain(listed), expected);
+    EXPECT_EQ(drain(listed), expected) << "a second pass starts over";
+    EXPECT_EQ(listed.size(), std::optional<int64_t>(35));
+  }
+  ChainDataset unsized({it1, std::make_shared<RangeIterableDataset>(0, 3)});
+  EXPECT_EQ(unsized.size(), std::nullopt);
+  EXPECT_EQ(drain(unsized).size(), 23u);
+  ChainDataset empty(std::vector<std::shared_ptr<IterableDataset>>{});
+  EXPECT_TRUE(drain(empty).empty());
+}
+
+TEST(ChainDataset, RejectsMapStyleMembers) {  // D13
+  std::shared_ptr<DatasetBase> iterable = std::make_shared<CountingDataset>(3);
+  std::shared_ptr<DatasetBase> map_style = ints(3);
+  expect_golden_error("chain_with_map_dataset", [&] {
+    ChainDataset ds(std::vector<std::shared_ptr<DatasetBase>>{iterable, map_style});
+  });
+}
+
+// ------------------------------------------------------------------ Subset, random_split
+
+TEST(Subset, IndexesThroughTheIndexList) {
+  Subset sub(ints(4, 10), {3, 1});
+  EXPECT_EQ(sub.size(), 2);
+  EXPECT_EQ(sub.get(1).to_int(), golden_result("subset_list_index").get<int64_t>());
+  EXPECT_EQ(sub.get(0).to_int(), 13);
+  EXPECT_EQ(sub.get(-2).to_int(), 13);
+  EXPECT_THROW(sub.get(2), IndexError);
+  EXPECT_THROW(sub.get(-3), IndexError);
+}
+
+TEST(Subset, SubsetOfSubsetMapsThroughBoth) {  // D15 (list indices, as torch 1.13)
+  auto inner = std::make_shared<Subset>(ints(10, 100), std::vector<int64_t>{9, 7, 5, 3, 1});
+  Subset outer(inner, {4, 0, 2});
+  EXPECT_EQ(all_samples(outer), (std::vector<int64_t>{101, 109, 105}));
+}
+
+TEST(Subset, GetBatchForwardsMappedIndicesInOneCall) {  // D16
+  auto rec = std::make_shared<RecordingDataset>();
+  auto inner = std::make_shared<Subset>(rec, std::vector<int64_t>{5, 6, 7, 8});
+  Subset outer(inner, {3, 0, 1});
+  std::vector<Value> got = outer.get_batch({0, 1, 2, -1});
+  std::vector<int64_t> values;
+  for (const auto& v : got) values.push_back(v.to_int());
+  EXPECT_EQ(values, (std::vector<int64_t>{80, 50, 60, 60}));
+  EXPECT_EQ(rec->calls, (std::vector<IndexBatch>{{8, 5, 6, 6}}));
+}
+
+TEST(Subset, MakeSubsetsAndRandomSplitMatchPyTorch) {
+  auto ds = ints(10);
+  auto parts = make_subsets(ds, {{2, 4}, {}, {9}});
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(all_samples(*parts[0]), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(parts[1]->size(), 0);
+  EXPECT_EQ(all_samples(*parts[2]), (std::vector<int64_t>{9}));
+
+  const json cases = load_json("random_split.json").at("cases");
+  int ran = 0;
+  for (const auto& c : cases) {
+    if (!c.at("ok").get<bool>()) continue;
+    SCOPED_TRACE(c.dump());
+    bool integers = std::all_of(c.at("lengths").begin(), c.at("lengths").end(),
+                                [](const json& x) { return x.is_number_integer(); });
+    auto n = c.at("n").get<int64_t>();
+    auto g = std::make_shared<Generator>(c.at("seed").get<uint64_t>());
+    std::vector<std::shared_ptr<Subset>> subsets =
+        integers ? random_split(ints(n), SplitLengths(c.at("lengths").get<std::vector<int64_t>>()), g)
+                 : random_split(ints(n), SplitLengths(c.at("lengths").get<std::vector<double>>()), g);
+    const auto& want = c.at("splits");
+    ASSERT_EQ(subsets.size(), want.size());
+    for (size_t k = 0; k < subsets.size(); ++k)
+      EXPECT_EQ(all_samples(*subsets[k]), want[k].get<std::vector<int64_t>>());
+    ++ran;
+  }
+  EXPECT_GT(ran, 0);
+}
+
+// ------------------------------------------------------------------ registered built-ins
+
+DatasetHandle handle(const std::string& type, std::initializer_list<std::pair<std::string, Value>> params) {
+  return {type, Value::dict(params)};
+}
+
+TEST(BuiltinDatasets, RegistrationIsIdempotentAndComplete) {
+  register_builtin_datasets();
+  register_builtin_datasets();
+  auto types = registered_dataset_types();
+  for (const char* name : {"range", "subset", "concat"}) {
+    EXPECT_TRUE(is_registered_dataset(name)) << name;
+    EXPECT_NE(std::find(types.begin(), types.end(), name), types.end()) << name;
+  }
+  for (const char* name : {"range_iterable", "counting", "chain"})
+    EXPECT_TRUE(is_registered_iterable_dataset(name)) << name;
+}
+
+TEST(BuiltinDatasets, RangeDatasetFromItsHandle) {
+  register_builtin_datasets();
+  auto ds = make_dataset(handle("range", {{"n", 5}, {"start", 3}}));
+  EXPECT_EQ(all_samples(*ds), (std::vector<int64_t>{3, 4, 5, 6, 7}));
+  EXPECT_EQ(ds->get(-1).to_int(), 7);
+  EXPECT_THROW(ds->get(5), IndexError);
+  ASSERT_TRUE(ds->handle().has_value());
+  EXPECT_EQ(ds->handle()->type, "range");
+  EXPECT_EQ(all_samples(*make_dataset(handle("range", {{"n", 2}}))), (std::vector<int64_t>{0, 1}));
+  EXPECT_THROW(make_dataset(handle("range", {{"n", -1}})), ValueError);
+  EXPECT_THROW(make_dataset(handle("range", {{"start", 1}})), KeyError);
+  EXPECT_THROW(make_dataset(handle("range_iterable", {{"end", 3}})), ValueError);
+}
+
+// The order DataLoader yields an iterable dataset's batches in: worker k's batches, taken
+// round-robin over the workers that still have data (iterable_dataset.json's description).
+std::vector<Value> simulate_loader(const DatasetHandle& h, int num_workers, int64_t batch_size) {
+  std::vector<std::vector<Value>> per_worker;
+  for (int w = 0; w < std::max(num_workers, 1); ++w) {
+    WorkerInfo info;
+    info.id = w;
+    info.num_workers = num_workers;
+    WorkerInfoScope scope(num_workers > 0 ? &info : nullptr);
+    auto ds = make_iterable_dataset(h);
+    auto cursor = ds->iter();
+    std::vector<Value> batches, pending;
+    auto flush = [&] {
+      if (!pending.empty()) batches.push_back(default_collate(pending));
+      pending.clear();
+    };
+    while (auto v = cursor->next()) {
+      if (batch_size == 0) {
+        batches.push_back(*v);
+        continue;
+      }
+      pending.push_back(*v);
+      if (static_cast<int64_t>(pending.size()) == batch_size) flush();
+    }
+    flush();
+    per_worker.push_back(std::move(batches));
+  }
+  std::vector<Value> out;
+  for (size_t round = 0;; ++round) {
+    bool any = false;
+    for (const auto& b : per_worker)
+      if (round < b.size()) {
+        out.push_back(b[round]);
+        any = true;
+      }
+    if (!any) return out;
+  }
+}
+
+void expect_batches(const json& want, const std::vector<Value>& got) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (want[i].is_number()) {
+      EXPECT_EQ(got[i].to_int(), want[i].get<int64_t>());
+    } else {
+      const Tensor& t = got[i].to_tensor();
+      EXPECT_EQ(std::string("torch.") + dtype_name(t.dtype()), want[i].at("dtype").get<std::string>());
+      EXPECT_EQ(t.sizes().vec(), want[i].at("shape").get<std::vector<int64_t>>());
+      EXPECT_EQ(t.to_int64_vector(), want[i].at("tensor").get<std::vector<int64_t>>());
+    }
+  }
+}
+
+TEST(BuiltinDatasets, RangeIterableSplitsAcrossWorkersLikeTheDocstringExample) {
+  register_builtin_datasets();
+  const json golden = load_json("iterable_dataset.json").at("example1_split_in_iter");
+  const DatasetHandle h = handle("range_iterable", {{"start", 3}, {"end", 7}});
+  int ran = 0;
+  for (const auto& [workers, by_batch] : golden.items()) {
+    for (const auto& [key, want] : by_batch.items()) {
+      SCOPED_TRACE("num_workers " + workers + ", " + key);
+      int64_t bs = key == "batch_size_None" ? 0 : std::stoll(key.substr(std::string("batch_size_").size()));
+      expect_batches(want, simulate_loader(h, std::stoi(workers), bs));
+      ++ran;
+    }
+  }
+  EXPECT_GT(ran, 0);
+  auto ds = make_iterable_dataset(h);
+  EXPECT_EQ(ds->size(), std::nullopt);  // like the docstring's dataset, no __len__
+  EXPECT_THROW(make_iterable_dataset(handle("range_iterable", {{"start", 5}, {"end", 4}})), ValueError);
+}
+
+TEST(BuiltinDatasets, CountingDuplicatesInEveryWorker) {
+  register_builtin_datasets();
+  const json golden = load_json("iterable_dataset.json").at("counting5_duplicates_per_worker");
+  int ran = 0;
+  for (const auto& [workers, want] : golden.items()) {
+    SCOPED_TRACE("num_workers " + workers);
+    expect_batches(want, simulate_loader(handle("counting", {{"n", 5}}), std::stoi(workers), 0));
+    ++ran;
+  }
+  EXPECT_GT(ran, 0);
+  EXPECT_EQ(make_iterable_dataset(handle("counting", {{"n", 5}}))->size(), std::optional<int64_t>(5));
+}
+
+TEST(BuiltinDatasets, CompositesOfHandleDatasetsCanBeRebuiltFromTheirHandles) {
+  register_builtin_datasets();
+  auto a = make_dataset(handle("range", {{"n", 4}}));
+  auto b = make_dataset(handle("range", {{"n", 3}, {"start", 10}}));
+
+  auto both = a + b;
+  ASSERT_TRUE(both->handle().has_value());
+  EXPECT_EQ(both->handle()->type, "concat");
+  auto sub = std::make_shared<Subset>(both, std::vector<int64_t>{6, 0, 4});
+  ASSERT_TRUE(sub->handle().has_value());
+  EXPECT_EQ(sub->handle()->type, "subset");
+  auto rebuilt = make_dataset(*sub->handle());
+  EXPECT_EQ(all_samples(*rebuilt), (std::vector<int64_t>{12, 0, 10}));
+  EXPECT_EQ(all_samples(*rebuilt), all_samples(*sub));
+
+  auto chain = make_iterable_dataset(handle("counting", {{"n", 2}})) +
+               make_iterable_dataset(handle("range_iterable", {{"start", 5}, {"end", 7}}));
+  ASSERT_TRUE(chain->handle().has_value());
+  EXPECT_EQ(drain(*make_iterable_dataset(*chain->handle())), (std::vector<int64_t>{0, 1, 5, 6}));
+
+  // Without a handle on a member there is nothing a worker could rebuild.
+  auto tensors = std::make_shared<TensorDataset>(std::vector<Tensor>{Tensor::arange(3)});
+  EXPECT_FALSE(Subset(tensors, {0}).handle().has_value());
+  EXPECT_FALSE((a + tensors)->handle().has_value());
+}
+
+TEST(BuiltinDatasets, UnknownTypesStillFailWithTheRegistryMessage) {
+  try {
+    make_dataset(handle("no_such_dataset_type", {}));
+    ADD_FAILURE() << "expected ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_dataset_type"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace loader

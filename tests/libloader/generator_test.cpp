@@ -1,0 +1,142 @@
+// Generator (PyTorch's CPU mt19937 draws) against golden data and, where this machine
+// has PyTorch, against torch itself for seeds that are not in the golden files.
+#include "loader/generator.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loader/samplers.h"
+#include "test_util.h"
+
+namespace loader {
+namespace {
+
+using nlohmann::json;
+
+/// Runs `script` with /usr/bin/python3; its stdout, or nullopt when it failed.
+std::optional<std::string> run_python(const std::string& script) {
+  char path[] = "/tmp/loader_generator_test_XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return std::nullopt;
+  {
+    std::ofstream out(path);
+    out << script;
+  }
+  close(fd);
+  std::string command = std::string("/usr/bin/python3 ") + path + " 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  if (pipe) {
+    char buffer[4096];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, n);
+  }
+  int status = pipe ? pclose(pipe) : -1;
+  std::remove(path);
+  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  return output;
+}
+
+bool torch_available() { return run_python("import torch\n").has_value(); }
+
+TEST(Generator, SeedsWithTheLow32BitsAndKeepsTheFullSeed) {
+  json golden = json::parse(testing::read_file(testing::golden_path("random_sampler.json")));
+  int checked = 0;
+  for (const auto& c : golden.at("seed_congruence")) {
+    const uint64_t seed = c.at("seed");
+    Generator g(seed);
+    EXPECT_EQ(g.initial_seed(), c.at("initial_seed").get<uint64_t>());
+    EXPECT_EQ(randperm(10, g), c.at("randperm10").get<std::vector<int64_t>>()) << "seed " << seed;
+    ++checked;
+  }
+  std::cout << "[ golden   ] random_sampler.seed_congruence: " << checked << " cases checked, 0 skipped\n";
+  RecordProperty("seed_congruence_checked", checked);
+  ASSERT_GT(checked, 0);
+}
+
+TEST(Generator, DefaultGeneratorIsSharedUnlessAThreadScopesItsOwn) {
+  manual_seed(42);
+  EXPECT_EQ(default_generator().initial_seed(), 42u);
+  const uint32_t expected_next = Generator(default_generator()).random();
+  uint64_t unscoped_seed = 0;
+  uint64_t scoped_seed = 0;
+  std::thread t([&] {
+    unscoped_seed = default_generator().initial_seed();  // the process-wide one, like torch's
+    Generator own(7);
+    DefaultGeneratorScope scope(own);                    // e.g. an in-process worker thread
+    scoped_seed = default_generator().initial_seed();
+    for (int i = 0; i < 10; ++i) default_generator().random();  // must not disturb the shared one
+  });
+  t.join();
+  EXPECT_EQ(unscoped_seed, 42u);
+  EXPECT_EQ(scoped_seed, 7u);
+  EXPECT_EQ(default_generator().random(), expected_next);
+  manual_seed(42);
+  Generator fresh(42);
+  EXPECT_EQ(default_generator().random64(), fresh.random64());
+}
+
+TEST(Generator, MatchesTorchDrawsForSeedsNotInTheGoldenFiles) {
+  const std::string script = R"PY(
+import json, torch
+g = torch.Generator().manual_seed(987654321123)
+out = {}
+out["int64"] = [int(torch.empty((), dtype=torch.int64).random_(generator=g)) for _ in range(3)]
+out["randint7"] = torch.randint(high=7, size=(10,), generator=g).tolist()
+out["randint_big"] = torch.randint(high=2**33 + 5, size=(4,), generator=g).tolist()
+out["rand"] = torch.rand(5, dtype=torch.float64, generator=g).tolist()
+out["exponential"] = torch.empty(5, dtype=torch.float64).exponential_(generator=g).tolist()
+out["randperm"] = torch.randperm(20, generator=g).tolist()
+w = [0.0, 1.0, 0.0, 2.0, 0.5, 0.0, 0.0, 3.0]
+out["multinomial_ties"] = torch.multinomial(torch.tensor(w, dtype=torch.float64), 8, False, generator=g).tolist()
+w2 = [((i * 31) % 17) / 7.0 for i in range(300)]
+out["w2"] = w2
+out["multinomial_partial_sort"] = torch.multinomial(torch.tensor(w2, dtype=torch.float64), 4, False, generator=g).tolist()
+out["multinomial_k1"] = torch.multinomial(torch.tensor(w2, dtype=torch.float64), 1, False, generator=g).tolist()
+out["multinomial_repl"] = torch.multinomial(torch.tensor(w2, dtype=torch.float64), 50, True, generator=g).tolist()
+print(json.dumps(out))
+)PY";
+  auto text = run_python(script);
+  if (!text && !torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch: no live cross-check";
+  ASSERT_TRUE(text) << "the torch script failed";
+  json want = json::parse(*text);
+
+  Generator g(987654321123ULL);
+  std::vector<int64_t> int64s;
+  for (int i = 0; i < 3; ++i) int64s.push_back(g.random_int64());
+  EXPECT_EQ(int64s, want["int64"].get<std::vector<int64_t>>());
+  std::vector<int64_t> small, big;
+  for (int i = 0; i < 10; ++i) small.push_back(g.randint(7));
+  for (int i = 0; i < 4; ++i) big.push_back(g.randint((int64_t{1} << 33) + 5));
+  EXPECT_EQ(small, want["randint7"].get<std::vector<int64_t>>());
+  EXPECT_EQ(big, want["randint_big"].get<std::vector<int64_t>>());
+  std::vector<double> uniform, exponential;
+  for (int i = 0; i < 5; ++i) uniform.push_back(g.uniform_double());
+  // The CPU exponential_ of a non-MKL build, used by multinomial without replacement.
+  for (int i = 0; i < 5; ++i) exponential.push_back(-std::log(1.0 - g.uniform_double()));
+  EXPECT_EQ(uniform, want["rand"].get<std::vector<double>>());
+  EXPECT_EQ(exponential, want["exponential"].get<std::vector<double>>());
+  EXPECT_EQ(randperm(20, g), want["randperm"].get<std::vector<int64_t>>());
+  // Zero weights tie: torch.topk's nth_element/sort decide their order; we must agree.
+  EXPECT_EQ(multinomial({0.0, 1.0, 0.0, 2.0, 0.5, 0.0, 0.0, 3.0}, 8, false, g),
+            want["multinomial_ties"].get<std::vector<int64_t>>());
+  const auto w2 = want["w2"].get<std::vector<double>>();
+  EXPECT_EQ(multinomial(w2, 4, false, g), want["multinomial_partial_sort"].get<std::vector<int64_t>>());
+  EXPECT_EQ(multinomial(w2, 1, false, g), want["multinomial_k1"].get<std::vector<int64_t>>());
+  EXPECT_EQ(multinomial(w2, 50, true, g), want["multinomial_repl"].get<std::vector<int64_t>>());
+}
+
+}  // namespace
+}  // namespace loader

@@ -1,0 +1,405 @@
+// `loader bench`: the standard workloads W1-W4 (../shared/bench/WORKLOADS.md) through
+// loader::DataLoader, one JSON line per epoch on stdout, progress on stderr.
+//
+//   loader bench --workload W2 --workers 2                 # 3 epochs, N = 20,000
+//   loader bench --workload W1 --workers 2 --verify        # + checksum of every byte, in order
+//   loader bench --workload W4 --workers 2 --persistent --epochs 4
+//   loader bench --memcpy                                  # this machine's copy bandwidth
+//
+// The consumer does what WORKLOADS.md says and nothing more: it adds labels.sum()
+// (W4: batch.sum()) to a running int64 total and drops the batch.  With --verify it
+// also reads every byte of every batch (the timings are then not comparable).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "bench_workloads.h"
+#include "command.h"
+#include "loader/dataloader.h"
+#include "loader/error.h"
+#include "proc_tree.h"
+
+namespace loader::tool {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ------------------------------------------------------------------ checksums
+/// Sum of the bytes as unsigned 8-bit values.
+uint64_t byte_sum(const uint8_t* p, size_t n) {
+  uint64_t total = 0;
+  size_t k = 0;
+#if defined(__x86_64__)
+  __m128i acc = _mm_setzero_si128();
+  const __m128i zero = _mm_setzero_si128();
+  for (; k + 16 <= n; k += 16)
+    acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k)), zero));
+  total = static_cast<uint64_t>(_mm_cvtsi128_si64(acc)) +
+          static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc)));
+#endif
+  for (; k < n; ++k) total += p[k];
+  return total;
+}
+
+uint64_t tensor_byte_sum(const Tensor& t) {
+  if (t.is_contiguous()) return byte_sum(static_cast<const uint8_t*>(t.data_ptr()), t.nbytes());
+  Tensor c = t.contiguous();
+  return byte_sum(static_cast<const uint8_t*>(c.data_ptr()), c.nbytes());
+}
+
+/// Sum over the tensors of a batch, in structure order, of their byte sums.
+uint64_t batch_byte_sum(const Value& batch) {
+  uint64_t s = 0;
+  batch.for_each_tensor([&](const Tensor& t) { s += tensor_byte_sum(t); });
+  return s;
+}
+
+int64_t sum_int64(const Tensor& t) {
+  if (t.dtype() != DType::Int64)
+    throw TypeError(std::string("bench consumer: expected int64 labels, got ") + dtype_name(t.dtype()));
+  int64_t s = 0;
+  if (t.is_contiguous()) {
+    const int64_t* p = t.data<int64_t>();
+    for (int64_t k = 0, m = t.numel(); k < m; ++k) s += p[k];
+  } else {
+    for (int64_t v : t.to_int64_vector()) s += v;
+  }
+  return s;
+}
+
+uint64_t int64_byte_sum(int64_t v) {
+  uint64_t s = 0;
+  auto u = static_cast<uint64_t>(v);
+  for (int b = 0; b < 8; ++b) s += (u >> (8 * b)) & 0xFF;
+  return s;
+}
+
+/// W4's checksum from its definition: shards per worker, each cut into batches of B,
+/// delivered round-robin over the workers that still have batches (PyTorch's order
+/// with in_order=true).
+uint64_t w4_expected_checksum(int64_t n, int64_t b, int workers) {
+  const int w = std::max(workers, 1);
+  std::vector<std::pair<int64_t, int64_t>> shard;
+  for (int k = 0; k < w; ++k) shard.push_back(bench::w4_shard(n, k, workers));
+  uint64_t sum = 0, k = 0;
+  bool any = true;
+  while (any) {
+    any = false;
+    for (auto& [lo, hi] : shard) {
+      if (lo >= hi) continue;
+      any = true;
+      uint64_t bs = 0;
+      for (int64_t v = lo, e = std::min(lo + b, hi); v < e; ++v) bs += int64_byte_sum(v);
+      lo = std::min(lo + b, hi);
+      sum += (++k) * bs;
+    }
+  }
+  return sum;
+}
+
+int64_t expected_batches(const bench::WorkloadInfo& wl, int64_t n, int64_t b, int workers) {
+  if (!wl.iterable || workers <= 1) return (n + b - 1) / b;
+  int64_t total = 0;
+  for (int k = 0; k < workers; ++k) {
+    auto [lo, hi] = bench::w4_shard(n, k, workers);
+    total += (hi - lo + b - 1) / b;
+  }
+  return total;
+}
+
+// ------------------------------------------------------------------ memcpy limit
+/// Bytes per second that `threads` threads reach together, best of `reps`.
+///   kind "stream": memcpy of one large buffer to another (what glibc does at that size)
+///   kind "rows":   memcpy of 150,528-byte rows from a large buffer into a ring of two
+///                  9.6 MB "slabs" (how W2's in-memory variant copies samples)
+///   kind "write":  memset of a large buffer (the generated variants only write)
+double copy_bandwidth(const std::string& kind, int threads, size_t bytes_per_thread, int reps) {
+  struct Buffers {
+    std::vector<uint8_t> src, dst;
+  };
+  std::vector<Buffers> buf(static_cast<size_t>(threads));
+  const size_t slab = 64 * static_cast<size_t>(bench::kImageBytes);
+  for (auto& b : buf) {
+    b.src.assign(bytes_per_thread, 1);
+    b.dst.assign(kind == "rows" ? 2 * slab : bytes_per_thread, 2);
+  }
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<double> secs(static_cast<size_t>(threads));
+    auto body = [&](int t) {
+      auto& b = buf[static_cast<size_t>(t)];
+      ready.fetch_add(1);
+      while (!go.load()) {
+      }
+      auto t0 = Clock::now();
+      if (kind == "stream") {
+        std::memcpy(b.dst.data(), b.src.data(), bytes_per_thread);
+      } else if (kind == "write") {
+        std::memset(b.dst.data(), r & 0xFF, bytes_per_thread);
+      } else {
+        const size_t row = static_cast<size_t>(bench::kImageBytes);
+        size_t d = 0;
+        for (size_t s = 0; s + row <= bytes_per_thread; s += row) {
+          if (d + row > b.dst.size()) d = 0;
+          std::memcpy(b.dst.data() + d, b.src.data() + s, row);
+          d += row;
+        }
+      }
+      secs[static_cast<size_t>(t)] = seconds_since(t0);
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
+    while (ready.load() < threads - 1) {
+    }
+    go = true;
+    body(0);
+    for (auto& th : pool) th.join();
+    double slowest = *std::max_element(secs.begin(), secs.end());
+    size_t moved = kind == "rows" ? bytes_per_thread / static_cast<size_t>(bench::kImageBytes) *
+                                        static_cast<size_t>(bench::kImageBytes)
+                                  : bytes_per_thread;
+    best = std::max(best, static_cast<double>(moved) * threads / slowest);
+  }
+  return best;
+}
+
+int run_memcpy(Args& args) {
+  const auto mb = args.get_int("memcpy-mb", 256);
+  const auto reps = args.get_int("reps", 5);
+  args.finish();
+  if (mb <= 0 || reps <= 0) throw UsageError("--memcpy-mb and --reps must be positive");
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  for (const char* kind : {"stream", "rows", "write"})
+    for (int threads : {1, 2}) {
+      double bps = copy_bandwidth(kind, threads, static_cast<size_t>(mb) << 20, static_cast<int>(reps));
+      Json j;
+      j["memcpy"] = kind;
+      j["threads"] = threads;
+      j["bytes_per_thread"] = static_cast<int64_t>(mb) << 20;
+      j["GB_per_s"] = bps / 1e9;
+      j["MB_per_s"] = bps / 1e6;
+      j["cpus"] = hw;
+      std::cout << j.dump() << std::endl;
+      std::cerr << "[loader bench] memcpy " << kind << " x" << threads << ": " << std::fixed
+                << std::setprecision(2) << bps / 1e9 << " GB/s\n";
+    }
+  return 0;
+}
+
+// ------------------------------------------------------------------ workloads
+struct PinReport {
+  std::string backend = "none";
+  std::string reason = "not implemented";
+};
+
+/// What pinning the runtime did for this loader.
+// TODO(lead): take this from the runtime once pinning exists; the expected call is
+//   loader::PinStatus DataLoader::pin_memory_status() const   // {backend: "cuda" | "mlock" | "none", reason}
+// Until then the report says "none" / "not implemented"; `pinned` below already
+// reads Tensor::is_pinned() of the delivered batch, which is the truth either way.
+PinReport pin_report(const DataLoader& /*dl*/) { return {}; }
+
+int run_bench(Args& args) {
+  if (args.flag("memcpy")) return run_memcpy(args);
+  const auto& wl = bench::workload_info(args.require("workload"));
+  const bool quick = args.flag("quick");
+  const bool verify = args.flag("verify");
+  const bool persistent = args.flag("persistent");
+  const bool pin = args.flag("pin-memory");
+  const bool in_order_flag = args.flag("in-order");
+  const bool no_in_order = args.flag("no-in-order");
+  if (in_order_flag && no_in_order) throw UsageError("--in-order and --no-in-order contradict each other");
+  const int workers = static_cast<int>(args.get_int("workers", 0));
+  const int epochs = static_cast<int>(args.get_int("epochs", quick ? 2 : 3));
+  const int64_t n = args.get_int("n", quick ? wl.quick_n : wl.n);
+  const int64_t b = args.get_int("batch-size", wl.batch_size);
+  const auto prefetch = args.get("prefetch-factor");
+  const int restarts = static_cast<int>(args.get_int("max-worker-restarts", 0));
+  const double timeout = args.get_double("timeout", 0);
+  std::string variant = args.get("variant").value_or(wl.iterable ? "gen" : "tensor");
+  args.finish();
+  if (workers < 0) throw UsageError("--workers must be >= 0");
+  if (epochs <= 0) throw UsageError("--epochs must be positive");
+  if (n <= 0 || b <= 0) throw UsageError("--n and --batch-size must be positive");
+  if (wl.iterable ? (variant != "gen" && variant != "batched") : (variant != "gen" && variant != "tensor"))
+    throw UsageError(std::string("--variant for ") + wl.name + " must be " +
+                     (wl.iterable ? "gen or batched" : "tensor or gen"));
+
+  bench::ProcessTreeSampler mem;  // the system-wide baseline is taken here, before the dataset
+  mem.start();
+  const std::string tag = std::string(wl.name) + "/" + variant + "/w" + std::to_string(workers) +
+                          (persistent ? "/persistent" : "");
+
+  // ---- the dataset (materialisation is not timed)
+  auto t_setup = Clock::now();
+  std::unique_ptr<bench::MaterializedFile> file;
+  std::shared_ptr<Dataset> map_ds;
+  std::shared_ptr<IterableDataset> iter_ds;
+  if (wl.iterable) {
+    iter_ds = make_iterable_dataset(
+        {wl.dataset_type, Value::dict({{"n", n}, {"variant", variant}, {"batch_size", b}})});
+  } else {
+    if (variant == "tensor") file = std::make_unique<bench::MaterializedFile>(wl.name, n);
+    map_ds = bench::make_bench_dataset(wl.name, n, variant, file ? file->path() : "");
+  }
+  const double setup_s = seconds_since(t_setup);
+
+  DataLoaderOptions opts;
+  const bool batched_iterable = wl.iterable && variant == "batched";
+  if (batched_iterable) opts.batch_size = std::nullopt;
+  else opts.batch_size = b;
+  if (!wl.iterable) {
+    opts.shuffle = true;
+    opts.generator = std::make_shared<Generator>(0);  // same order for any number of workers
+  }
+  opts.num_workers = workers;
+  if (prefetch) opts.prefetch_factor = static_cast<int>(parse_int(*prefetch, "--prefetch-factor"));
+  opts.persistent_workers = persistent;
+  opts.pin_memory = pin;
+  opts.in_order = !no_in_order;
+  opts.timeout = timeout;
+  opts.max_worker_restarts = restarts;
+  std::unique_ptr<DataLoader> dl = wl.iterable ? std::make_unique<DataLoader>(iter_ds, opts)
+                                               : std::make_unique<DataLoader>(map_ds, opts);
+
+  const int64_t want_sum = wl.iterable ? n * (n - 1) / 2 : bench::label_sum(n);
+  const int64_t want_batches = expected_batches(wl, n, b, workers);
+  const double payload = static_cast<double>(n) * static_cast<double>(wl.bytes_per_sample);
+  int status = 0;
+  for (int e = 1; e <= epochs; ++e) {
+    mem.new_window();
+    mem.sample_now();
+    int64_t total = 0, samples = 0, batches = 0, first_n = 0;
+    uint64_t checksum = 0;
+    double first_s = 0;
+    bool pinned = false;
+    auto t0 = Clock::now();
+    {
+      DataLoader::Iterator it = dl->iter();
+      while (std::optional<Value> batch = it.next()) {
+        const Tensor& labels = wl.iterable ? batch->to_tensor() : (*batch)[1].to_tensor();
+        total += sum_int64(labels);
+        const int64_t m = labels.dim() == 0 ? 1 : labels.size(0);
+        samples += m;
+        if (batches == 0) {
+          first_s = seconds_since(t0);
+          first_n = m;
+          pinned = (wl.iterable ? labels : (*batch)[0].to_tensor()).is_pinned();
+        }
+        ++batches;
+        if (verify) checksum += static_cast<uint64_t>(batches) * batch_byte_sum(*batch);
+      }
+    }
+    const double epoch_s = seconds_since(t0);
+    mem.sample_now();
+    const auto win = mem.window_peak();
+    const auto run = mem.run_peak();
+
+    Json j;
+    j["workload"] = wl.name;
+    j["variant"] = variant;
+    j["workers"] = workers;
+    j["epoch"] = e;
+    j["samples"] = samples;
+    j["batches"] = batches;
+    j["epoch_s"] = epoch_s;
+    j["first_batch_s"] = first_s;
+    j["samples_per_s"] = static_cast<double>(samples) / epoch_s;
+    j["MB_per_s"] = payload / epoch_s / 1e6;
+    j["steady_samples_per_s"] =
+        epoch_s > first_s ? static_cast<double>(samples - first_n) / (epoch_s - first_s) : 0.0;
+    j["peak_rss_mb"] = run.rss_mb;
+    j["epoch_peak_rss_mb"] = win.rss_mb;
+    j["peak_anon_mb"] = run.anon_mb;
+    j["peak_file_mb"] = run.file_mb;
+    j["peak_shm_mb"] = run.shm_mb;
+    j["peak_mem_mb"] = run.mem_mb;
+    j["epoch_peak_mem_mb"] = win.mem_mb;
+    j["peak_sys_delta_mb"] = run.sys_mb;
+    j["max_processes"] = run.processes;
+    j["dataset_mb"] = file ? static_cast<double>(file->bytes()) / 1e6 : 0.0;
+    j["label_sum"] = total;
+    j["label_sum_expected"] = want_sum;
+    j["ok"] = total == want_sum && samples == n && batches == want_batches;
+    if (verify) {
+      j["checksum"] = checksum;
+      if (wl.iterable && !batched_iterable && b == wl.batch_size) {
+        // W4 batches differ by worker count (each worker batches its own shard), so
+        // its checksum is checked against the definition instead of against --workers 0.
+        const uint64_t want = w4_expected_checksum(n, b, workers);
+        j["checksum_expected"] = want;
+        if (checksum != want && opts.in_order) j["ok"] = false;
+      }
+    }
+    j["n"] = n;
+    j["batch_size"] = b;
+    j["prefetch_factor"] = workers > 0 ? opts.effective_prefetch_factor() : 0;
+    j["persistent"] = persistent;
+    j["in_order"] = opts.in_order;
+    j["pin_memory"] = pin;
+    if (pin) {
+      auto pr = pin_report(*dl);
+      j["pin_backend"] = pr.backend;
+      j["pinned"] = pinned;
+      if (pr.backend != "cuda") j["pin_reason"] = pr.reason;
+    }
+    j["setup_s"] = setup_s;
+    j["quick"] = quick;
+    j["verify"] = verify;
+    std::cout << j.dump() << std::endl;
+
+    std::ostringstream line;
+    line << "[loader bench] " << tag << " epoch " << e << "/" << epochs << ": " << std::fixed
+         << std::setprecision(0) << static_cast<double>(samples) / epoch_s << " samples/s, "
+         << std::setprecision(1) << payload / epoch_s / 1e6 << " MB/s, first batch " << std::setprecision(2)
+         << first_s * 1e3 << " ms, epoch " << epoch_s * 1e3 << " ms, tree RSS " << std::setprecision(0)
+         << run.rss_mb << " MB";
+    if (verify) line << ", checksum " << checksum;
+    std::cerr << line.str() << std::endl;
+    if (!j["ok"].get<bool>()) {
+      std::cerr << "[loader bench] " << tag << " epoch " << e << ": CHECK FAILED: label sum " << total
+                << " (expected " << want_sum << "), " << samples << " samples (expected " << n << "), "
+                << batches << " batches (expected " << want_batches << ")"
+                << (j.contains("checksum_expected") ? ", checksum vs definition" : "") << "\n";
+      status = 1;
+    }
+  }
+  dl.reset();
+  mem.stop();
+  return status;
+}
+
+}  // namespace
+
+LOADER_TOOL_COMMAND(
+    "bench",
+    "bench --workload W1|W2|W3|W4 [--variant tensor|gen|batched] [--workers N] [--epochs E] [--n N] "
+    "[--batch-size B] [--prefetch-factor P] [--persistent] [--pin-memory] [--in-order|--no-in-order] "
+    "[--quick] [--verify] [--max-worker-restarts N] [--timeout S]  |  bench --memcpy [--memcpy-mb MB] "
+    "[--reps R]",
+    ({"persistent", "pin-memory", "in-order", "no-in-order", "quick", "verify", "memcpy"}), run_bench);
+
+}  // namespace loader::tool
