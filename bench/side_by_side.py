@@ -226,8 +226,12 @@ def run_loader(args, wl, variant, workers, n, epochs, persistent=False, prefetch
 
 
 def run_torch(args, wl, variant, workers, n, epochs, persistent=False):
-    cmd = [sys.executable, PEER, "--only", wl, "--variants", variant, "--workers", str(workers),
-           "--n", str(n), "--epochs", str(epochs), "--matrix", "persistent" if persistent else "main"]
+    # peer_torch.py's "persistent" matrix also runs the main matrix for the variants
+    # given: naming no valid variant leaves only its persistent configuration
+    # (PERSISTENT_VARIANT there: W1-W3 tensor, W4 python, as PERSISTENT here).
+    cmd = [sys.executable, PEER, "--only", wl, "--variants", "none" if persistent else variant,
+           "--workers", str(workers), "--n", str(n), "--epochs", str(epochs),
+           "--matrix", "persistent" if persistent else "main"]
     rc, out, err, ext = run_measured(cmd, args.timeout)
     lines = [json.loads(x) for x in out if x.startswith("{")]
     lines = [x for x in lines if x.get("persistent_workers", False) == persistent and x["num_workers"] == workers]
@@ -404,7 +408,7 @@ def plot(res, workers_list, path, scaling, scaling_path, pf_rows, pf_path):
         for k, (side, var, color, label) in enumerate(series):
             vals = [res.stat(side, wl, var, w, "samples_per_s") for w in workers_list]
             xs = [i + (k - 1.5) * width for i in range(len(workers_list))]
-            ax.bar(xs, [v or 0 for v in vals], width, color=color, label=label)
+            ax.bar(xs, [v if v else float("nan") for v in vals], width, color=color, label=label)
         ax.set_yscale("log")
         ax.set_xticks(range(len(workers_list)))
         ax.set_xticklabels([f"{w} workers" for w in workers_list])
@@ -459,7 +463,6 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
     A("")
     A("**Machine**: " + ", ".join(f"{k} {v}" for k, v in info.items()) + ".")
     A("")
-    others = sorted({s for r in res.recs for s in []})
     other_share = med(r.get("other_cpu_share") for r in res.recs)
     other_max = max((r.get("other_cpu_share") or 0 for r in res.recs), default=0)
     A(f"**Other work on the machine**: busy processes at the start: {', '.join(busy_start) or 'none'}; "
@@ -530,12 +533,11 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
             fail = ""
             if not res.get("loader", wl, best_var, w) and res.failed("loader", wl, best_var, w):
                 fail = " (loader failed: " + res.failed("loader", wl, best_var, w)[0]["error"][:80] + ")"
+            share = f"{mbs / lim:.0%}" if mbs and lim else "—"
             A(f"| {wl} | {w} | {fmt_rate(lt) if wl != 'W4' else 'n/a'} | {fmt_rate(lg)} | "
               f"{fmt_rate(tt) if wl != 'W4' else 'n/a'} | {fmt_rate(tp)} | "
               f"{fmt_x(lt / tt) if lt and tt else '—'} | {fmt_x(lg / tp) if lg and tp else '—'} | "
-              f"{mbs:.0f}{fail} | {(mbs / lim if mbs and lim else 0):.0%} |" if mbs else
-              f"| {wl} | {w} | {fmt_rate(lt) if wl != 'W4' else 'n/a'} | {fmt_rate(lg)} | "
-              f"{fmt_rate(tt) if wl != 'W4' else 'n/a'} | {fmt_rate(tp)} | — | — | —{fail} | — |")
+              f"{(f'{mbs:.0f}' if mbs else '—')}{fail} | {share} |")
     A("")
     for pf in plot_files[:1]:
         A(f"![samples/s per workload and worker count]({os.path.basename(pf)})")

@@ -61,7 +61,7 @@ double seconds_since(Clock::time_point t0) {
 
 // ------------------------------------------------------------------ command line
 struct Options {
-  int epochs = 10;
+  int epochs = 15;
   int workers = 2;
   int64_t batch_size = 128;
   std::string optimizer = "adam";
@@ -82,7 +82,7 @@ const char* kUsage =
     "                           [--lr LR] [--momentum M] [--seed S] [--hidden 256,128]\n"
     "                           [--root DIR] [--out PATH.pt] [--resume PATH.pt] [--threads T]\n"
     "                           [--progress | --no-progress]\n"
-    "  --epochs N        passes over the 60,000 training images (default 10; 0 only evaluates)\n"
+    "  --epochs N        passes over the 60,000 training images (default 15; 0 only evaluates)\n"
     "  --workers W       loader worker processes (default 2; 0 loads in this process)\n"
     "  --batch-size B    samples per batch (default 128)\n"
     "  --optimizer O     adam (default, lr 1e-3) or sgd (momentum 0.9, lr 0.05)\n"

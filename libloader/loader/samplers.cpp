@@ -133,6 +133,12 @@ class RandomCursor final : public Cursor<int64_t> {
       }
       block_.resize(static_cast<size_t>(size));
       for (auto& v : block_) v = generator_->randint(n_);
+    } else if (size == 0 && full_blocks_ == 0) {
+      // The trailing randperm(n)[:0] contributes nothing but still advances the
+      // generator: randperm draws one random() per position 0..n-2, so draw exactly
+      // those instead of building (and discarding) a second permutation of n.
+      for (int64_t i = 0; i + 1 < n_; ++i) generator_->random();
+      block_.clear();
     } else {
       block_ = randperm(n_, *generator_);
       block_.resize(static_cast<size_t>(size));

@@ -1,0 +1,119 @@
+// Helpers for the pt_*_test.cpp suites: temporary directories, running commands,
+// finding PyTorch, the golden manifest, and describing values as the manifest does.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "../../tools/pt_json.h"
+#include "loader/serialization/pt.h"
+#include "test_util.h"
+
+namespace loader::testing {
+
+/// A fresh directory under $TMPDIR, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "loader_pt_test_XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int status = -1;  ///< exit status, or -1 when it did not exit normally
+  std::string output;  ///< stdout (stderr too when merged by the command line)
+};
+
+/// Runs `cmd` with /bin/sh and captures its stdout.
+inline CommandResult run_command(const std::string& cmd) {
+  CommandResult r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q += "'\\''";
+    else q += c;
+  }
+  return q + "'";
+}
+
+/// The Python that has torch (LOADER_PYTHON, else /usr/bin/python3); "" when none.
+inline const std::string& torch_python() {
+  static const std::string py = [] {
+    const char* env = std::getenv("LOADER_PYTHON");
+    std::string cand = env && *env ? env : "/usr/bin/python3";
+    auto r = run_command(shell_quote(cand) + " -c 'import torch' 2>/dev/null");
+    return r.status == 0 ? cand : std::string();
+  }();
+  return py;
+}
+
+/// A Python 3 (without torch requirements) for zipfile checks; "" when none.
+inline const std::string& plain_python() {
+  static const std::string py = [] {
+    for (const char* c : {"/usr/bin/python3", "python3"}) {
+      if (run_command(std::string(c) + " -c 'import zipfile' 2>/dev/null").status == 0) return std::string(c);
+    }
+    return std::string();
+  }();
+  return py;
+}
+
+inline const nlohmann::json& pt_manifest() {
+  static const nlohmann::json m = nlohmann::json::parse(read_file(golden_path("pt_manifest.json")));
+  return m;
+}
+
+inline std::string golden_pt(const std::string& name) { return golden_path("pt/" + name); }
+
+/// Our description of a loaded archive in the manifest's style (Python reprs of NaN/inf).
+inline nlohmann::json describe_manifest_style(const pt::Archive& a, int* num_storages = nullptr) {
+  tool::JsonStyle style;
+  style.python_repr = true;
+  return tool::describe_value(a.value, &a, style, num_storages);
+}
+
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// A short description of the first difference between two JSON documents.
+inline std::string json_diff(const nlohmann::json& got, const nlohmann::json& want) {
+  nlohmann::json patch = nlohmann::json::diff(want, got);
+  std::string s = patch.dump();
+  return s.size() > 1500 ? s.substr(0, 1500) + "..." : s;
+}
+
+}  // namespace loader::testing
