@@ -216,6 +216,11 @@ def run_loader(args, wl, variant, workers, n, epochs, persistent=False, prefetch
         self_peak_file_mb=max(e["peak_file_mb"] for e in epochs_json),
         self_peak_shm_mb=max(e["peak_shm_mb"] for e in epochs_json),
         dataset_mb=epochs_json[0]["dataset_mb"],
+        main_cpu_s=statistics.median(e.get("main_cpu_s", 0) for e in epochs_json),
+        workers_cpu_s=statistics.median(e.get("workers_cpu_s", 0) for e in epochs_json),
+        main_ctx_switches=statistics.median(e.get("main_ctx_switches", 0) for e in epochs_json),
+        batches=epochs_json[0]["batches"],
+        epoch_s=statistics.median(eps),
         ok=all(e["ok"] for e in epochs_json),
     )
     log(f"loader {wl}/{variant}/w{workers}{'/persistent' if persistent else ''}"
@@ -636,6 +641,29 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
           "overhead " + " / ".join(f"{wl} {fmt_mb(x)}" for wl, x in zip(WORKLOADS, overs)) + " MB")
     A("")
     A("Causes of the targets missed: see *Analysis* below.")
+    A("")
+    A("### Where loader's time goes")
+    A("")
+    A("CPU seconds per epoch (median) of the main process (the application thread and the runtime's "
+      "actor threads, without the memory sampler) and of the worker processes, from `getrusage` and "
+      "`/proc/PID/stat`; these do not depend on how busy the machine was. `ctx switches` are the main "
+      "process's voluntary context switches (each one a thread waiting for a message).")
+    A("")
+    A("| workload | variant | workers | epoch s | main CPU s | workers CPU s | main CPU µs/batch | "
+      "ctx switches/batch |")
+    A("|---|---|---:|---:|---:|---:|---:|---:|")
+    for wl in WORKLOADS:
+        for lv in LOADER_VARIANTS[wl]:
+            for w in W:
+                rs = res.get("loader", wl, lv, w)
+                if not rs:
+                    continue
+                ep = med(r.get("epoch_s") for r in rs)
+                mc_ = med(r.get("main_cpu_s") for r in rs)
+                wc = med(r.get("workers_cpu_s") for r in rs)
+                cs = med(r.get("main_ctx_switches") for r in rs)
+                nb = rs[0].get("batches") or 1
+                A(f"| {wl} | {lv} | {w} | {ep:.3f} | {mc_:.3f} | {wc:.3f} | {mc_ / nb * 1e6:.0f} | {cs / nb:.1f} |")
     A("")
 
     # ---- scaling

@@ -8,8 +8,8 @@
 // on images scaled to [0, 1] (pixel / 255), initialised as PyTorch initialises it
 // after torch.manual_seed(seed) (bit for bit: the same generator, the same draws),
 // trained with Adam (lr 1e-3) or SGD on mini-batches of 128 with cross-entropy loss.
-// The data order is the one a PyTorch script gets after torch.manual_seed(seed):
-// the shuffle draws from the same default generator after the initialisation.
+// The data order is RandomSampler(train_set, generator=torch.Generator().manual_seed(seed))'s,
+// the same for any number of workers, so --workers never changes the result.
 //
 // --out writes the weights as a .pt state_dict with that model's key names and
 // shapes ("1.weight" [256, 784], "1.bias", "3.weight", "3.bias", "5.weight",
@@ -43,6 +43,7 @@
 #include "loader/fashion_mnist.h"
 #include "loader/generator.h"
 #include "loader/runtime/worker_main.h"
+#include "loader/samplers.h"
 #include "loader/serialization/pt.h"
 
 #ifdef LOADER_DEMO_OPENBLAS
@@ -502,7 +503,11 @@ int train(const Options& opt) {
 
   loader::DataLoaderOptions lo;
   lo.batch_size = opt.batch_size;
-  lo.shuffle = true;  // RandomSampler drawing its seed from the default generator, as in PyTorch
+  // Shuffle with a generator of its own (PyTorch: RandomSampler(ds, generator=g) with
+  // g.manual_seed(seed)), so the data order, and with it the trained weights, are the
+  // same whatever --workers is: the loader's base_seed draws (once per epoch, or once
+  // with persistent workers) come from the default generator and do not touch it.
+  lo.sampler = std::make_shared<loader::RandomSampler>(train_set, std::make_shared<loader::Generator>(opt.seed));
   lo.num_workers = opt.workers;
   lo.persistent_workers = opt.workers > 0;
   loader::DataLoader loader(train_set, lo);

@@ -296,6 +296,8 @@ int run_bench(Args& args) {
     uint64_t checksum = 0;
     double first_s = 0;
     bool pinned = false;
+    const double sampler_cpu0 = mem.thread_cpu_s();
+    bench::CpuClock cpu;
     auto t0 = Clock::now();
     {
       DataLoader::Iterator it = dl->iter();
@@ -314,6 +316,8 @@ int run_bench(Args& args) {
       }
     }
     const double epoch_s = seconds_since(t0);
+    const bench::CpuUse used = cpu.since();
+    const double sampler_cpu = mem.thread_cpu_s() - sampler_cpu0;
     mem.sample_now();
     const auto win = mem.window_peak();
     const auto run = mem.run_peak();
@@ -341,6 +345,13 @@ int run_bench(Args& args) {
     j["peak_sys_delta_mb"] = run.sys_mb;
     j["max_processes"] = run.processes;
     j["dataset_mb"] = file ? static_cast<double>(file->bytes()) / 1e6 : 0.0;
+    // Where the epoch's CPU went: the main process (minus the memory sampler's
+    // thread) and the worker processes; voluntary context switches of the main
+    // process (each is a wait for a message or a batch).
+    j["main_cpu_s"] = std::max(0.0, used.main_s - sampler_cpu);
+    j["workers_cpu_s"] = used.descendants_s;
+    j["sampler_cpu_s"] = sampler_cpu;
+    j["main_ctx_switches"] = used.main_voluntary_switches;
     j["label_sum"] = total;
     j["label_sum_expected"] = want_sum;
     j["ok"] = total == want_sum && samples == n && batches == want_batches;

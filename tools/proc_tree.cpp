@@ -1,7 +1,9 @@
 #include "proc_tree.h"
 
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -137,6 +139,9 @@ void ProcessTreeSampler::start() {
   thread_ = std::thread([this] {
     for (uint64_t k = 0; !stop_.load(); ++k) {
       sample(k % 5 == 0);
+      timespec ts{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      thread_cpu_s_ = static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
       std::this_thread::sleep_for(period_);
     }
   });
@@ -199,6 +204,72 @@ TreeMemory ProcessTreeSampler::window_peak() const {
 TreeMemory ProcessTreeSampler::run_peak() const {
   std::lock_guard<std::mutex> lock(mu_);
   return run_;
+}
+
+namespace {
+double tv_seconds(const timeval& tv) { return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6; }
+
+// utime + stime of `pid` from /proc/PID/stat, seconds; -1 when it is gone.
+double proc_cpu_seconds(pid_t pid) {
+  std::string s;
+  if (!read_small_file("/proc/" + std::to_string(pid) + "/stat", s)) return -1;
+  auto close = s.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream in(s.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int k = 0; k < 13 && in >> field; ++k) {
+    if (k == 11 || k == 12) ticks += std::strtod(field.c_str(), nullptr);  // utime, stime
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+std::vector<std::pair<pid_t, double>> live_descendants_cpu() {
+  std::vector<std::pair<pid_t, double>> out;
+  auto tree = process_tree(::getpid());
+  for (size_t k = 1; k < tree.size(); ++k) {
+    double c = proc_cpu_seconds(tree[k]);
+    if (c >= 0) out.emplace_back(tree[k], c);
+  }
+  return out;
+}
+}  // namespace
+
+CpuClock::CpuClock() {
+  rusage self{}, kids{};
+  ::getrusage(RUSAGE_SELF, &self);
+  ::getrusage(RUSAGE_CHILDREN, &kids);
+  self_s_ = tv_seconds(self.ru_utime) + tv_seconds(self.ru_stime);
+  reaped_s_ = tv_seconds(kids.ru_utime) + tv_seconds(kids.ru_stime);
+  nvcsw_ = self.ru_nvcsw;
+  live_ = live_descendants_cpu();
+}
+
+CpuUse CpuClock::since() const {
+  rusage self{}, kids{};
+  ::getrusage(RUSAGE_SELF, &self);
+  ::getrusage(RUSAGE_CHILDREN, &kids);
+  CpuUse u;
+  u.main_s = tv_seconds(self.ru_utime) + tv_seconds(self.ru_stime) - self_s_;
+  u.main_voluntary_switches = self.ru_nvcsw - nvcsw_;
+  // Reaped since the snapshot: their whole life is in RUSAGE_CHILDREN, so take off
+  // what they had already used at the snapshot.  Live now: their use since then.
+  double d = tv_seconds(kids.ru_utime) + tv_seconds(kids.ru_stime) - reaped_s_;
+  auto now = live_descendants_cpu();
+  for (const auto& [pid, before] : live_) {
+    bool alive = false;
+    for (const auto& [p2, c2] : now)
+      if (p2 == pid) alive = true;
+    if (!alive) d -= before;
+  }
+  for (const auto& [pid, c] : now) {
+    double before = 0;
+    for (const auto& [p1, c1] : live_)
+      if (p1 == pid) before = c1;
+    d += c - before;
+  }
+  u.descendants_s = std::max(0.0, d);
+  return u;
 }
 
 }  // namespace loader::bench

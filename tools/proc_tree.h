@@ -64,6 +64,8 @@ class ProcessTreeSampler {
   void new_window();
   TreeMemory window_peak() const;
   TreeMemory run_peak() const;
+  /// CPU seconds the sampling thread has used (it runs in this process).
+  double thread_cpu_s() const { return thread_cpu_s_.load(); }
 
  private:
   void sample(bool refresh_tree);
@@ -74,11 +76,34 @@ class ProcessTreeSampler {
   std::vector<pid_t> tree_;
   double shm_mb_ = 0;
   TreeMemory window_, run_;
+  std::atomic<double> thread_cpu_s_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
 /// System-wide AnonPages + Shmem from /proc/meminfo, in bytes.
 int64_t system_anon_shmem_bytes();
+
+/// CPU time (user + system, seconds) of this process and of its descendants, for
+/// attributing an epoch's work: main process vs worker processes.
+///
+///   CpuClock clock;                 // snapshot
+///   ... epoch ...
+///   CpuUse used = clock.since();    // what each side used since the snapshot
+struct CpuUse {
+  double main_s = 0;          ///< this process (all threads, including the sampler's)
+  double descendants_s = 0;   ///< worker processes (live ones from /proc, reaped ones from rusage)
+  int64_t main_voluntary_switches = 0;  ///< context switches of this process (waits)
+};
+class CpuClock {
+ public:
+  CpuClock();
+  CpuUse since() const;
+
+ private:
+  double self_s_ = 0, reaped_s_ = 0;
+  int64_t nvcsw_ = 0;
+  std::vector<std::pair<pid_t, double>> live_;
+};
 
 }  // namespace loader::bench

@@ -34,16 +34,30 @@ class SingleProcessEpoch final : public EpochBackend {
   }
 
   std::optional<Value> next() override {
+    std::optional<Value> batch;
     if (map_fetcher_) {
       auto indices = tasks_->next();
       if (!indices) return std::nullopt;
-      return map_fetcher_->fetch(*indices);
+      batch = map_fetcher_->fetch(*indices);
+    } else {
+      size_t n = static_cast<size_t>(state_.options.batch_size.value_or(1));
+      batch = iter_fetcher_->fetch(n);
     }
-    size_t n = static_cast<size_t>(state_.options.batch_size.value_or(1));
-    return iter_fetcher_->fetch(n);
+    if (batch && state_.options.pin_memory) batch = pin_batch(*batch);
+    return batch;
   }
 
  private:
+  /// pin_memory=true without workers: PyTorch's pin_memory(batch), custom objects'
+  /// pin_memory() hooks included; warns once per loader when tensors stay unpinned.
+  Value pin_batch(const Value& batch) {
+    PinResult how;
+    Value out = pin_memory(batch, &how);
+    if (state_.pin_tracker && state_.pin_tracker->record(how))
+      warn("pin_memory=true but batches are not CUDA-pinned: " + how.reason);
+    return out;
+  }
+
   LoaderState& state_;
   std::optional<TaskSource> tasks_;
   std::optional<MapFetcher> map_fetcher_;
@@ -61,6 +75,7 @@ static std::shared_ptr<LoaderState> make_state(DataLoaderOptions options, bool i
   auto s = std::make_shared<LoaderState>();
   s->options = std::move(options);
   s->auto_collation = s->options.batch_sampler || s->options.batch_size.has_value();
+  s->pin_tracker = std::make_shared<PinTracker>(s->options.pin_memory);
   return s;
 }
 
@@ -118,6 +133,8 @@ std::shared_ptr<Sampler> DataLoader::sampler() const { return state_->sampler; }
 std::shared_ptr<BatchSamplerBase> DataLoader::batch_sampler() const { return state_->batch_sampler; }
 
 void DataLoader::shutdown() { state_->persistent_pool.reset(); }
+
+PinStatus DataLoader::pin_memory_status() const { return state_->pin_tracker->status(); }
 
 DataLoader::Iterator DataLoader::iter() {
   auto& s = *state_;

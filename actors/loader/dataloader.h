@@ -26,6 +26,7 @@
 
 #include "loader/dataloader_options.h"
 #include "loader/dataset.h"
+#include "loader/pinned.h"
 #include "loader/value.h"
 
 namespace loader {
@@ -107,6 +108,14 @@ class DataLoader {
   std::shared_ptr<BatchSamplerBase> batch_sampler() const;
   /// Shuts down persistent workers now (also done by the destructor).
   void shutdown();
+
+  /// What pin_memory achieved so far (it stays valid after the epoch ends):
+  /// backend "cuda" (batches are CUDA page-locked: with workers the shared-memory
+  /// slabs are registered once, cudaHostRegister; without workers each batch is
+  /// copied into cudaHostAlloc memory), "mlock" (workers' slabs page-locked but not
+  /// CUDA-pinned), or "none"; `reason` says why not "cuda".  requested is false with
+  /// pin_memory=false.  See docs/gpu.md.
+  PinStatus pin_memory_status() const;
 
  private:
   std::shared_ptr<LoaderState> state_;

@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #ifdef LOADER_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -21,6 +23,36 @@ const char* pin_backend_name(PinBackend b) {
   return "none";
 }
 
+namespace {
+int backend_rank(PinBackend b) {
+  switch (b) {
+    case PinBackend::Cuda: return 2;
+    case PinBackend::Mlock: return 1;
+    case PinBackend::None: return 0;
+  }
+  return 0;
+}
+
+#ifdef LOADER_HAVE_CUDA
+std::string cuda_version_text(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+std::string cuda_error_text(const char* call, cudaError_t e) {
+  return std::string(call) + ": " + std::to_string(static_cast<int>(e)) + " " + cudaGetErrorName(e) + " (" +
+         cudaGetErrorString(e) + ")";
+}
+#endif
+}  // namespace
+
+void merge_pin_result(PinResult& into, const PinResult& r) {
+  if (backend_rank(r.backend) < backend_rank(into.backend)) {
+    into.backend = r.backend;
+    into.reason = r.reason;
+  }
+  into.pinned = into.pinned && r.pinned;
+}
+
 bool built_with_cuda() {
 #ifdef LOADER_HAVE_CUDA
   return true;
@@ -35,27 +67,30 @@ bool cuda_pinning_available(std::string* reason) {
   static std::string why;
   std::call_once(once, [] {
 #ifdef LOADER_HAVE_CUDA
-    int driver = 0;
-    cudaError_t e = cudaDriverGetVersion(&driver);
-    if (e != cudaSuccess || driver == 0) {
-      why = "no CUDA driver (cudaDriverGetVersion: " + std::to_string(driver) + ")";
-      return;
-    }
+    // Neither call creates a context.  Without a driver cudaDriverGetVersion
+    // succeeds with 0 and cudaGetDeviceCount names the problem (35,
+    // cudaErrorInsufficientDriver); with a driver too old for this runtime the
+    // same 35 comes back, and the versions below tell by how much.
+    int driver = 0, runtime = 0;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaRuntimeGetVersion(&runtime);
+    std::string versions = driver == 0 ? "no CUDA driver is loaded (cudaDriverGetVersion reports 0)"
+                                       : "driver supports CUDA " + cuda_version_text(driver);
+    versions += ", runtime CUDA " + cuda_version_text(runtime);
     int count = 0;
-    e = cudaGetDeviceCount(&count);
+    cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
-      why = std::string("cudaGetDeviceCount: ") + std::to_string(static_cast<int>(e)) + " " +
-            cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+      why = "no usable CUDA device: " + cuda_error_text("cudaGetDeviceCount", e) + "; " + versions;
       (void)cudaGetLastError();
       return;
     }
     if (count == 0) {
-      why = "cudaGetDeviceCount: no CUDA device";
+      why = "no usable CUDA device: cudaGetDeviceCount found 0 devices; " + versions;
       return;
     }
     ok = true;
 #else
-    why = "built without CUDA (the CUDA toolkit was not found at configure time)";
+    why = "built without CUDA (the CUDA toolkit was not found at configure time, or LOADER_WITH_CUDA=OFF)";
 #endif
   });
   if (reason) *reason = why;
@@ -73,7 +108,7 @@ PinResult pin_region(void* data, size_t bytes) {
       r.pinned = true;
       return r;
     }
-    why = std::string("cudaHostRegister: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+    why = cuda_error_text("cudaHostRegister", e);
     (void)cudaGetLastError();
 #endif
   }
@@ -82,7 +117,8 @@ PinResult pin_region(void* data, size_t bytes) {
     r.reason = why + "; page-locked with mlock instead (not CUDA-pinned)";
     return r;
   }
-  r.reason = why + "; mlock failed too (" + std::strerror(errno) +
+  const int err = errno;
+  r.reason = why + "; mlock failed too (" + std::strerror(err) +
              ": raise `ulimit -l` or grant CAP_IPC_LOCK), so batches are not pinned";
   return r;
 }
@@ -91,12 +127,157 @@ void unpin_region(void* data, size_t bytes, PinBackend backend) {
   switch (backend) {
     case PinBackend::Cuda:
 #ifdef LOADER_HAVE_CUDA
-      (void)cudaHostUnregister(data);
+      if (cudaHostUnregister(data) != cudaSuccess) (void)cudaGetLastError();
 #endif
       break;
     case PinBackend::Mlock: munlock(data, bytes); break;
     case PinBackend::None: break;
   }
+}
+
+// ------------------------------------------------------------------ pinned tensors
+std::shared_ptr<Storage> allocate_pinned(size_t nbytes, PinResult* how) {
+  std::string why;
+  if (cuda_pinning_available(&why)) {
+#ifdef LOADER_HAVE_CUDA
+    void* p = nullptr;
+    cudaError_t e = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable);
+    if (e == cudaSuccess) {
+      std::shared_ptr<void> owner(p, [](void* q) {
+        if (cudaFreeHost(q) != cudaSuccess) (void)cudaGetLastError();
+      });
+      if (how) *how = PinResult{PinBackend::Cuda, true, ""};
+      return Storage::wrap(p, nbytes, std::move(owner), MemoryKind::Heap, Placement{}, true);
+    }
+    (void)cudaGetLastError();
+    why = cuda_error_text("cudaHostAlloc", e) + " for " + std::to_string(nbytes) + " bytes";
+#endif
+  }
+  if (how) *how = PinResult{PinBackend::None, false, why + "; the tensor stays in ordinary memory"};
+  return nullptr;
+}
+
+std::shared_ptr<Storage> PinnedHostAllocator::allocate(size_t nbytes) {
+  PinResult r;
+  auto s = allocate_pinned(nbytes, &r);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    merge_pin_result(result_, r);
+  }
+  return s ? s : Storage::allocate(nbytes);
+}
+
+PinResult PinnedHostAllocator::result() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return result_;
+}
+
+Tensor pin_memory(const Tensor& t, PinResult* how) {
+  if (!t.defined() || t.is_pinned()) {
+    if (how) *how = PinResult{PinBackend::Cuda, true, ""};
+    return t;
+  }
+  std::string why;
+  if (!cuda_pinning_available(&why)) {
+    if (how) *how = PinResult{PinBackend::None, false, why + "; tensors stay in ordinary memory"};
+    return t;
+  }
+  PinnedHostAllocator alloc;
+  Tensor copy = t.clone(&alloc);
+  if (how) *how = alloc.result();
+  return copy.is_pinned() ? copy : t;  // a failed pinned allocation: no point in the copy
+}
+
+namespace {
+Value pin_value(const Value& v, PinResult& how) {
+  switch (v.kind()) {
+    case Value::Kind::Tensor: {
+      PinResult r;
+      Tensor t = pin_memory(v.to_tensor(), &r);
+      merge_pin_result(how, r);
+      return Value(std::move(t));
+    }
+    case Value::Kind::List:
+    case Value::Kind::Tuple: {
+      std::vector<Value> items;
+      items.reserve(v.items().size());
+      for (const auto& x : v.items()) items.push_back(pin_value(x, how));
+      if (v.is_list()) return Value::list(std::move(items), v.type_name());
+      if (!v.field_names().empty()) return Value::namedtuple(v.type_name(), v.field_names(), std::move(items));
+      return Value::tuple(std::move(items), v.type_name());
+    }
+    case Value::Kind::Dict: {
+      std::vector<std::pair<Value, Value>> items;
+      items.reserve(v.dict_items().size());
+      for (const auto& [k, x] : v.dict_items()) items.emplace_back(k, pin_value(x, how));
+      return Value::dict(std::move(items), v.type_name());
+    }
+    case Value::Kind::Object: {
+      const auto& obj = v.to_object();
+      auto pinned = obj->pin_memory();
+      Value out = pinned ? Value::object(std::move(pinned)) : v;
+      // The hook decides how to pin; report what it achieved.
+      for (const Tensor& t : out.to_object()->tensors()) {
+        if (!t.defined() || t.is_pinned()) continue;
+        std::string why;
+        if (cuda_pinning_available(&why)) {
+          why = "the pin_memory() hook of " + out.to_object()->type_name() + " left a tensor unpinned";
+        } else {
+          why += "; tensors stay in ordinary memory";
+        }
+        merge_pin_result(how, PinResult{PinBackend::None, false, why});
+        break;
+      }
+      return out;
+    }
+    default: return v;
+  }
+}
+}  // namespace
+
+Value pin_memory(const Value& batch, PinResult* how) {
+  PinResult r;
+  std::string why;
+  if (cuda_pinning_available(&why)) {
+    r = PinResult{PinBackend::Cuda, true, ""};
+  } else {
+    r = PinResult{PinBackend::None, false, why + "; tensors stay in ordinary memory"};
+  }
+  Value out = pin_value(batch, r);
+  if (how) *how = std::move(r);
+  return out;
+}
+
+// ------------------------------------------------------------------ per-loader status
+PinTracker::PinTracker(bool requested) {
+  status_.requested = requested;
+  status_.reason = requested ? "nothing pinned yet (no batch has been loaded)" : "pin_memory is false";
+}
+
+bool PinTracker::record(const PinResult& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (status_.regions == 0) {
+    status_.backend = r.backend;
+    status_.pinned = r.pinned;
+    status_.reason = r.reason;
+  } else {
+    PinResult merged{status_.backend, status_.pinned, status_.reason};
+    merge_pin_result(merged, r);
+    status_.backend = merged.backend;
+    status_.pinned = merged.pinned;
+    status_.reason = merged.reason;
+  }
+  ++status_.regions;
+  if (!r.pinned && !warned_) {
+    warned_ = true;
+    return true;
+  }
+  return false;
+}
+
+PinStatus PinTracker::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
 }
 
 }  // namespace loader

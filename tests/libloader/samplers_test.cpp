@@ -89,6 +89,27 @@ TEST(SequentialSampler, YieldsZeroToNMinusOneAndReadsTheLengthEachPass) {
   EXPECT_EQ(one_pass(s), (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
 
+class GrowingDataset : public Dataset {
+ public:
+  Value get(int64_t) override { return Value(); }
+  int64_t size() const override { return n; }
+  int64_t n = 3;
+};
+
+TEST(SampleSource, ADatasetSourceFollowsTheDatasetLength) {
+  auto ds = std::make_shared<GrowingDataset>();
+  SequentialSampler sequential(ds);
+  RandomSampler shuffled(ds, std::make_shared<Generator>(0));
+  EXPECT_EQ(shuffled.size(), 3);
+  ds->n = 5;  // test_growing_dataset: len() is read lazily
+  EXPECT_EQ(sequential.size(), 5);
+  EXPECT_EQ(shuffled.size(), 5);
+  auto pass = one_pass(shuffled);
+  std::sort(pass.begin(), pass.end());
+  EXPECT_EQ(pass, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_THROW(SampleSource(-1), ValueError);
+}
+
 // ------------------------------------------------------------------ RandomSampler
 TEST(RandomSampler, MatchesPyTorchForEveryGoldenCase) {
   json golden = load_golden("random_sampler.json");

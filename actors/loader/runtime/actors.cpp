@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -196,6 +197,7 @@ struct WorkerState {
   std::map<uint64_t, PendingTask> pending;     // sent to the worker, no result yet
   std::deque<std::pair<uint64_t, PendingTask>> waiting;  // no free slab yet
   int restarts = 0;
+  int stopped_ticks = 0;  // consecutive watchdog ticks that found the process stopped
   bool dead = false;
   static inline const char* name = "loader.worker";
 };
@@ -217,7 +219,11 @@ void send_fatal(worker_pointer self, const std::string& message, const std::stri
 /// Tells the worker about slabs created or destroyed since last time.
 void sync_slabs(worker_pointer self) {
   auto& s = self->state;
-  for (uint64_t id : s.slabs->take_dropped()) s.backend->drop_slab(id);
+  for (uint64_t id : s.slabs->take_dropped()) {
+    s.backend->drop_slab(id);
+    // Its page-lock goes with it (the pin-memory actor still holds the mapping).
+    if (s.setup.pin) caf::anon_send(s.setup.pin, unpin_atom::value, id);
+  }
   for (uint64_t id : s.slabs->take_new()) {
     auto seg = s.slabs->segment(id);
     if (s.setup.pin) {
@@ -231,6 +237,16 @@ void sync_slabs(worker_pointer self) {
 }
 
 void handle_reply(worker_pointer self, WorkerReply r);
+
+/// The state letter of /proc/<pid>/stat ('R', 'S', 'T', 'Z', ...), or '?'.
+char process_state(int pid) {
+  if (pid <= 0) return '?';
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  auto rp = stat.rfind(')');
+  return rp == std::string::npos || rp + 2 >= stat.size() ? '?' : stat[rp + 2];
+}
 
 void dispatch(worker_pointer self, uint64_t task, PendingTask p) {
   auto& s = self->state;
@@ -326,13 +342,16 @@ void handle_reply(worker_pointer self, WorkerReply r) {
   drain_waiting(self);
 }
 
-void on_link_down(worker_pointer self) {
+/// The worker process is gone (or frozen: `how` says so): restart it or report it.
+void on_link_down(worker_pointer self, std::string how = "") {
   auto& s = self->state;
   if (s.dead || !s.link) return;
   auto& child = s.link->child();
   int pid = child.pid();
-  auto status = child.wait_exit(1000);
-  std::string how = status ? status->describe() : "closed its connection but is still running";
+  if (how.empty()) {
+    auto status = child.wait_exit(1000);
+    how = status ? status->describe() : "closed its connection but is still running";
+  }
   // Tasks it held, for the message and for a restart.
   std::vector<uint64_t> held;
   std::ostringstream indices;
@@ -352,6 +371,7 @@ void on_link_down(worker_pointer self) {
          ") and re-issuing its " + std::to_string(held.size()) + " unfinished task(s)");
     try {
       s.link->stop();
+      s.stopped_ticks = 0;
       s.link->start(s.setup.config);
       for (uint64_t slab : s.slabs->all()) s.backend->add_slab(slab, *s.slabs->segment(slab));
       s.slabs->take_new();
@@ -378,6 +398,7 @@ void on_link_down(worker_pointer self) {
   else msg += "It held " + std::to_string(held.size()) + " unfinished task(s): " + indices.str() + ".";
   if (s.setup.max_restarts == 0)
     msg += " Set DataLoaderOptions::max_worker_restarts to restart dead workers.";
+  s.link->stop();  // reap it now (or kill it, when frozen)
   send_fatal(self, msg);
 }
 
@@ -403,6 +424,7 @@ worker_impl_actor::behavior_type worker_behavior(worker_pointer self, WorkerSetu
     auto& st = self->state;
     if (st.link) st.link->stop();
   });
+  if (s.link) self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
   return {
       [self, init_error, init_type](epoch_atom, uint64_t epoch, caf::actor sampler, caf::actor reorder) {
         auto& st = self->state;
@@ -457,6 +479,28 @@ worker_impl_actor::behavior_type worker_behavior(worker_pointer self, WorkerSetu
         }
       },
       [self](linkdown_atom) { on_link_down(self); },
+      [self](tick_atom) {
+        // The watchdog: a process that exited without closing its socket (a
+        // grandchild kept it open) or that is frozen (SIGSTOP, a debugger) is noticed
+        // here, within a second, even though its socket stays open.
+        auto& st = self->state;
+        if (st.dead || !st.link) return;
+        self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
+        auto& child = st.link->child();
+        if (auto status = child.poll_exit()) {
+          on_link_down(self, status->describe());
+          return;
+        }
+        char state = process_state(child.pid());
+        if (state == 'T' || state == 't') {
+          if (++st.stopped_ticks >= 4)
+            on_link_down(self, std::string("is frozen (process state '") + state +
+                                   "': stopped by a signal such as SIGSTOP, or by a debugger) and has "
+                                   "answered nothing for a second; it was killed");
+        } else {
+          st.stopped_ticks = 0;
+        }
+      },
   };
 }
 
@@ -528,10 +572,12 @@ caf::behavior sampler_behavior(caf::stateful_actor<SamplerState>* self, std::sha
   for (auto& w : s.workers) self->send(w, epoch_atom::value, s.epoch, caf::actor(self), s.reorder);
   sampler_dispatch(self);
   return {
-      [self](credit_atom) {
+      [self](credit_atom, uint64_t task) {
+        self->state.dispatcher->on_finished(task);
         self->state.dispatcher->on_delivered();
         sampler_dispatch(self);
       },
+      [self](status_atom, uint64_t task) -> int32_t { return self->state.dispatcher->worker_of(task); },
       [self](retire_atom, int32_t worker, bool died, uint64_t task) {
         auto& st = self->state;
         st.dispatcher->deactivate(worker);
@@ -609,41 +655,47 @@ caf::behavior reorder_behavior(caf::stateful_actor<ReorderState>* self, bool in_
 }
 
 // ------------------------------------------------------------------ pin memory actor
+// Page-locks each slab once, when it is created (sync_slabs asks before the worker
+// hears of the slab), and releases it when the slab is dropped (unpin_atom) or the
+// actor ends.  It holds a reference to every slab it pinned, so the registration is
+// released while the memory is still mapped (CAF destroys the state before
+// attach_functor callbacks run, so the release lives in the state's destructor).
 struct PinState {
   std::shared_ptr<SlabDirectory> directory;
-  std::map<uint64_t, PinBackend> pinned;
-  bool warned = false;
+  std::shared_ptr<PinTracker> tracker;  ///< the loader's pin_memory_status()
+  std::map<uint64_t, std::pair<std::shared_ptr<ShmSegment>, PinBackend>> pinned;
   static inline const char* name = "loader.pin_memory";
+  PinState() = default;
+  PinState(const PinState&) = delete;
+  PinState& operator=(const PinState&) = delete;
+  ~PinState() {
+    for (auto& [id, p] : pinned) unpin_region(p.first->data(), p.first->size(), p.second);
+  }
 };
 
-caf::behavior pin_behavior(caf::stateful_actor<PinState>* self, std::shared_ptr<SlabDirectory> directory) {
+caf::behavior pin_behavior(caf::stateful_actor<PinState>* self, std::shared_ptr<SlabDirectory> directory,
+                           std::shared_ptr<PinTracker> tracker) {
   self->state.directory = std::move(directory);
-  self->attach_functor([self] {
-    // The registrations are released with the actor (segments are still mapped:
-    // the directory keeps them until the pool is gone).
-    for (auto& [id, backend] : self->state.pinned) {
-      if (auto seg = self->state.directory->find(id)) unpin_region(seg->data(), seg->size(), backend);
-    }
-  });
+  // Without the loader's tracker the warning comes once per pool.
+  self->state.tracker = tracker ? std::move(tracker) : std::make_shared<PinTracker>();
   return {
       [self](pin_atom, uint64_t slab) {
         auto& s = self->state;
         auto seg = s.directory->find(slab);
         if (!seg) return false;
+        if (auto it = s.pinned.find(slab); it != s.pinned.end()) return it->second.second == PinBackend::Cuda;
         PinResult r = pin_region(seg->data(), seg->size());
-        s.pinned[slab] = r.backend;
+        s.pinned[slab] = {seg, r.backend};
         s.directory->set_pinned(slab, r.pinned);
-        if (!r.pinned && !s.warned) {
-          s.warned = true;
-          warn(std::string("pin_memory=true but batches are not CUDA-pinned: ") + r.reason);
-        }
+        // Once per loader: the tracker outlives the pools of non-persistent epochs.
+        if (s.tracker->record(r)) warn(std::string("pin_memory=true but batches are not CUDA-pinned: ") + r.reason);
         return r.pinned;
       },
       [self](unpin_atom, uint64_t slab) {
         auto& s = self->state;
         auto it = s.pinned.find(slab);
         if (it == s.pinned.end()) return;
-        if (auto seg = s.directory->find(slab)) unpin_region(seg->data(), seg->size(), it->second);
+        unpin_region(it->second.first->data(), it->second.first->size(), it->second.second);
         s.pinned.erase(it);
       },
   };
@@ -665,8 +717,9 @@ caf::actor spawn_reorder(caf::actor_system& sys, bool in_order, uint64_t first_t
   return sys.spawn(reorder_behavior, in_order, first_task);
 }
 
-caf::actor spawn_pin_memory(caf::actor_system& sys, std::shared_ptr<SlabDirectory> directory) {
-  return sys.spawn(pin_behavior, std::move(directory));
+caf::actor spawn_pin_memory(caf::actor_system& sys, std::shared_ptr<SlabDirectory> directory,
+                            std::shared_ptr<PinTracker> tracker) {
+  return sys.spawn(pin_behavior, std::move(directory), std::move(tracker));
 }
 
 }  // namespace loader::runtime

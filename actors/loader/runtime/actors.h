@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loader/fetch.h"
+#include "loader/pinned.h"
 #include "loader/runtime/protocol.h"
 #include "loader/runtime/worker_core.h"
 #include "loader/runtime/worker_slabs.h"
@@ -72,6 +73,9 @@ caf::actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<SamplerSetup> s
 /// The epoch's reorder buffer.
 caf::actor spawn_reorder(caf::actor_system& sys, bool in_order, uint64_t first_task);
 /// The pin-memory actor: page-locks slabs once (pin_atom), releases them (unpin_atom, exit).
-caf::actor spawn_pin_memory(caf::actor_system& sys, std::shared_ptr<SlabDirectory> directory);
+/// Every outcome is recorded in `tracker` (the loader's pin_memory_status()); the first
+/// slab that is not CUDA-pinned makes it warn, once per tracker.
+caf::actor spawn_pin_memory(caf::actor_system& sys, std::shared_ptr<SlabDirectory> directory,
+                            std::shared_ptr<PinTracker> tracker = nullptr);
 
 }  // namespace loader::runtime

@@ -9,6 +9,7 @@
 #include "loader/dataloader_options.h"
 #include "loader/dataset.h"
 #include "loader/fetch.h"
+#include "loader/pinned.h"
 #include "loader/value.h"
 
 namespace loader {
@@ -39,6 +40,9 @@ class LoaderState {
   std::optional<int64_t> iterable_len_called;  // len(dataset) once len(loader) was asked
   /// The worker processes kept between epochs (persistent_workers) or of the live epoch.
   std::shared_ptr<runtime::WorkerPool> persistent_pool;
+  /// What pin_memory achieved (DataLoader::pin_memory_status()), shared with the
+  /// pin-memory actor of every pool; made by the DataLoader constructor.
+  std::shared_ptr<PinTracker> pin_tracker;
   /// The collate function to use in this process.
   CollateFn collate() const;
   Generator& generator() const;

@@ -31,7 +31,8 @@ using result_atom = caf::atom_constant<caf::atom("result")>;
 /// iterator -> reorder (request): the next batch in order; answered with a batch_msg
 /// once one is releasable (status End at the end of the epoch).
 using next_atom = caf::atom_constant<caf::atom("next")>;
-/// iterator -> sampler: the application took a batch, one more task may go out.
+/// iterator -> sampler: the application took the batch of task `task` (uint64):
+/// one more task may go out.
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
 /// sampler -> reorder: the epoch has `total` tasks (sent when the sampler ran dry).
 using end_atom = caf::atom_constant<caf::atom("end")>;
@@ -44,8 +45,12 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using frame_atom = caf::atom_constant<caf::atom("frame")>;
 /// reader thread -> worker proxy: the link to the worker process broke (EOF).
 using linkdown_atom = caf::atom_constant<caf::atom("linkdown")>;
-/// iterator -> reorder/sampler (request): which task is awaited and by which worker
-/// (for timeout messages).
+/// worker -> itself, every 250 ms: the watchdog looks at its worker process.
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+/// iterator -> reorder (request): the task index awaited next (uint64).
+/// iterator -> sampler (request, with a task index): the worker it went to (int32).
+/// sampler -> worker (request): the worker process's pid (int32).
+/// Used for timeout messages and worker_pids().
 using status_atom = caf::atom_constant<caf::atom("status")>;
 /// worker proxy -> pin memory (request): page-lock this slab before first use.
 using pin_atom = caf::atom_constant<caf::atom("pin")>;
@@ -90,7 +95,8 @@ using worker_actor = caf::typed_actor<
 /// type convert to worker_actor, which is all the sampler sees.
 using worker_impl_actor = worker_actor::extend<
     caf::reacts_to<frame_atom, uint8_t /*FrameType*/, std::string /*body*/>,
-    caf::reacts_to<linkdown_atom>>;
+    caf::reacts_to<linkdown_atom>,
+    caf::reacts_to<tick_atom>>;
 
 /// The CAF configuration the runtime uses: message types registered, scheduler
 /// tuned for short blocking round trips (see docs/architecture.md, "Scheduler").

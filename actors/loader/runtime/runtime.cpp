@@ -29,7 +29,7 @@ class WorkerPool {
     policy.num_workers = o.num_workers;
     policy.slabs_per_worker = std::max(1, prefetch_factor_) + 2;
     policy.shm_limit_bytes = o.shm_limit_bytes;
-    if (o.pin_memory) pin_ = spawn_pin_memory(*system_, directory_);
+    if (o.pin_memory) pin_ = spawn_pin_memory(*system_, directory_, state.pin_tracker);
     const DatasetBase* ds = state.dataset ? static_cast<const DatasetBase*>(state.dataset.get())
                                           : static_cast<const DatasetBase*>(state.iterable.get());
     for (int w = 0; w < o.num_workers; ++w) {
@@ -165,12 +165,12 @@ class MultiProcessEpoch final : public EpochBackend {
       case batch_msg::End: finish(); return std::nullopt;
       case batch_msg::Fatal: finish(); throw_error(m.error_type.empty() ? "RuntimeError" : m.error_type, m.error_message);
       case batch_msg::Error:
-        (*self_)->send(sampler_, credit_atom::value);
+        (*self_)->send(sampler_, credit_atom::value, m.task);
         throw_error(m.error_type, m.error_message);
       default: break;
     }
     Value batch = decode(m);
-    (*self_)->send(sampler_, credit_atom::value);
+    (*self_)->send(sampler_, credit_atom::value, m.task);
     return batch;
   }
 
@@ -181,15 +181,23 @@ class MultiProcessEpoch final : public EpochBackend {
     return os.str();
   }
 
+  /// " waiting for batch 3 (task 3) from DataLoader worker 1 (pid 1234)", for timeouts.
   std::string waiting_on() {
     uint64_t task = 0;
+    int32_t worker = -1;
     bool ok = false;
     (*self_)->request(reorder_, std::chrono::seconds(2), status_atom::value)
         .receive([&](uint64_t t) { task = t; ok = true; }, [](caf::error&) {});
     if (!ok) return "";
-    size_t w = static_cast<size_t>(task % pool_->workers().size());
-    return " waiting for batch " + std::to_string(task - first_task_) + " (task " + std::to_string(task) +
-           ") from DataLoader worker " + std::to_string(w);
+    (*self_)->request(sampler_, std::chrono::seconds(2), status_atom::value, task)
+        .receive([&](int32_t w) { worker = w; }, [](caf::error&) {});
+    std::string out = " waiting for batch " + std::to_string(task - first_task_) + " of the epoch";
+    if (worker < 0) return out;
+    out += " from DataLoader worker " + std::to_string(worker);
+    auto pids = pool_->pids();
+    if (static_cast<size_t>(worker) < pids.size() && pids[static_cast<size_t>(worker)] > 0)
+      out += " (pid " + std::to_string(pids[static_cast<size_t>(worker)]) + ")";
+    return out;
   }
 
   Value decode(const batch_msg& m) {
