@@ -48,6 +48,7 @@ TORCH_VARIANTS = {"W1": ["tensor", "python"], "W2": ["tensor", "python"], "W3": 
                   "W4": ["python"]}
 # like-for-like pairs for the ratio column
 PAIRS = {"tensor": "tensor", "gen": "python"}
+PF_WORKLOAD, PF_VARIANT = "W3", "tensor"  # memory against prefetch_factor
 PERSISTENT = {"W1": ("tensor", "tensor"), "W2": ("tensor", "tensor"), "W3": ("tensor", "tensor"),
               "W4": ("gen", "python")}  # (loader variant, torch variant)
 
@@ -462,9 +463,11 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
     A = lines.append
     A("# Benchmarks: loader vs PyTorch DataLoader")
     A("")
-    A(f"Produced by `/usr/bin/python3 bench/side_by_side.py {' '.join(sys.argv[1:])}` in one run "
-      f"({datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, {t_total / 60:.1f} min, "
-      f"{args.rounds} round{'s' if args.rounds > 1 else ''}). Raw results: `{os.path.relpath(args.raw, ROOT)}`.")
+    A(f"Measured by `/usr/bin/python3 bench/side_by_side.py {' '.join(args.argv)}` in one run "
+      f"({args.date}, {t_total / 60:.1f} min, {args.rounds} round{'s' if args.rounds > 1 else ''}); "
+      f"raw results: `{os.path.relpath(args.raw, ROOT)}`"
+      + (f"; this page was written from them by `--from-raw` (same data, analysis added)." if args.from_raw
+         else ".") + " Plots: " + ", ".join(f"`{os.path.basename(p)}`" for p in plot_files) + ".")
     A("")
     A("**Machine**: " + ", ".join(f"{k} {v}" for k, v in info.items()) + ".")
     A("")
@@ -716,6 +719,8 @@ def main():
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--no-torch", action="store_true", help="loader side only (debugging)")
     ap.add_argument("--out", default=None, help="report path (default docs/benchmarks.md; quick: bench/results/quick.md)")
+    ap.add_argument("--from-raw", default=None,
+                    help="write the report from a results file of an earlier run (no measuring)")
     ap.add_argument("--analysis", default=os.path.join(HERE, "analysis.md"),
                     help="markdown file pasted into the report's Analysis section, if it exists")
     args = ap.parse_args()
@@ -733,21 +738,31 @@ def main():
     plot_files = [os.path.join(plot_dir, f"benchmarks_{prefix}samples_per_s.png"),
                   os.path.join(plot_dir, f"benchmarks_{prefix}scaling.png")]
     args.analysis_text = open(args.analysis).read() if os.path.exists(args.analysis) and not args.quick else ""
-    if not os.path.exists(args.loader):
-        raise SystemExit(f"{args.loader} not found: build it first (BUILD_DIR=build-bench scripts/build.sh)")
 
+    if args.from_raw:
+        recs = [json.loads(x) for x in open(args.from_raw) if x.strip()]
+        args.raw = args.from_raw
+    else:
+        if not os.path.exists(args.loader):
+            raise SystemExit(f"{args.loader} not found: build it first (BUILD_DIR=build-bench scripts/build.sh)")
+        recs = measure(args, only)
+    report(args, recs, out_md, plot_files)
+
+
+def measure(args, only):
+    """Runs everything; returns the records (also written, one JSON line each, to args.raw)."""
     t_all = time.perf_counter()
     info = machine()
     busy_start = busy_processes()
     log(f"machine: {info}; busy at start: {busy_start or 'none'}")
     raw = open(args.raw, "w")
+    recs = []
 
     def keep(rec):
         raw.write(json.dumps(rec) + "\n")
         raw.flush()
         recs.append(rec)
 
-    recs = []
     mc = run_memcpy(args)
     keep({"side": "memcpy", "workload": "-", "variant": "-", "workers": 0,
           "results": {f"{k}_{t}": v for (k, t), v in mc.items()}})
@@ -773,35 +788,60 @@ def main():
                     if not args.no_torch:
                         keep(dict(run_torch(args, wl, tv, w, n, args.epochs, persistent=True), round=rnd))
 
-    res = Results(recs)
-    res.quick = args.quick
-    # scaling: loader only, 0..4 workers
-    scaling = {}
-    pf_rows = []
-    res.pf_workload, res.pf_variant = "W3", "tensor"
+    # scaling (loader only): more workers than cores, and memory against prefetch_factor
     if not args.no_scaling:
-        extra_workers = [w for w in (3, 4) if w not in args.workers_list]
         for wl in only:
-            lv = PERSISTENT[wl][0]
-            for w in extra_workers:
-                keep(dict(run_loader(args, wl, lv, w, n_of(wl), args.epochs), round=0))
-            scaling[wl] = {w: res.stat("loader", wl, lv, w, "samples_per_s")
-                           for w in sorted(set(args.workers_list) | set(extra_workers))}
-        if res.pf_workload in only:
+            for w in (3, 4):
+                if w not in args.workers_list:
+                    keep(dict(run_loader(args, wl, PERSISTENT[wl][0], w, n_of(wl), args.epochs), round=0,
+                              scaling=True))
+        if PF_WORKLOAD in only:
             for pf in (1, 2, 4, 8):
-                rec = run_loader(args, res.pf_workload, res.pf_variant, 2, n_of(res.pf_workload), args.epochs,
-                                 prefetch=pf)
-                keep(dict(rec, round=0))
-                if "error" not in rec:
-                    pf_rows.append((pf, rec["self_peak_mem_mb"], rec["ext_peak_tree_rss_mb"], rec["dataset_mb"],
-                                    rec["self_peak_shm_mb"], rec["samples_per_s"]))
-    raw.close()
+                keep(dict(run_loader(args, PF_WORKLOAD, PF_VARIANT, 2, n_of(PF_WORKLOAD), args.epochs,
+                                     prefetch=pf), round=0))
     busy_end = busy_processes()
-    t_total = time.perf_counter() - t_all
+    keep({"side": "run", "workload": "-", "variant": "-", "workers": 0, "machine": info,
+          "busy_start": busy_start, "busy_end": busy_end, "total_s": time.perf_counter() - t_all,
+          "argv": sys.argv[1:], "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+          "quick": args.quick, "rounds": args.rounds, "epochs": args.epochs,
+          "workers_list": args.workers_list, "only": only})
+    raw.close()
+    return recs
+
+
+def report(args, recs, out_md, plot_files):
+    run = next(r for r in recs if r["side"] == "run")
+    mc = {}
+    for r in recs:
+        if r["side"] == "memcpy":
+            for key, v in r["results"].items():
+                kind, t = key.rsplit("_", 1)
+                mc[(kind, int(t))] = v
+    # the measured run's settings win over this invocation's (--from-raw)
+    args.quick, args.rounds, args.epochs = run["quick"], run["rounds"], run["epochs"]
+    args.workers_list, args.argv, args.date = run["workers_list"], run["argv"], run["date"]
+    only = run["only"]
+    res = Results([r for r in recs if r["side"] in ("loader", "torch")])
+    res.quick = args.quick
+    res.pf_workload, res.pf_variant = PF_WORKLOAD, PF_VARIANT
+    scaling = {}
+    for wl in only:
+        lv = PERSISTENT[wl][0]
+        ws = sorted({r["workers"] for r in res.recs if r["side"] == "loader" and r["workload"] == wl
+                     and r["variant"] == lv and not r.get("persistent") and r.get("prefetch_factor") is None})
+        if any(w > 2 for w in ws):
+            scaling[wl] = {w: res.stat("loader", wl, lv, w, "samples_per_s") for w in ws}
+    pf_rows = []
+    for pf in (1, 2, 4, 8):
+        rs = res.get("loader", PF_WORKLOAD, PF_VARIANT, 2, prefetch=pf)
+        if rs:
+            r = rs[0]
+            pf_rows.append((pf, r["self_peak_mem_mb"], r["ext_peak_tree_rss_mb"], r["dataset_mb"],
+                            r["self_peak_shm_mb"], r["samples_per_s"]))
     plot(res, args.workers_list, plot_files[0], scaling, plot_files[1], pf_rows, None)
-    targets = write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf_rows, out_md,
-                           plot_files if scaling else plot_files[:1])
-    log(f"report: {out_md}; raw: {args.raw}; {t_total / 60:.1f} min")
+    targets = write_report(args, res, mc, run["machine"], run["busy_start"], run["busy_end"], run["total_s"],
+                           scaling, pf_rows, out_md, plot_files if scaling or pf_rows else plot_files[:1])
+    log(f"report: {out_md}; raw: {args.raw}; measured in {run['total_s'] / 60:.1f} min")
     for name, ok in targets:
         log(f"target {name}: {'met' if ok else 'MISSED'}")
 

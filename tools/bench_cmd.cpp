@@ -210,18 +210,6 @@ int run_memcpy(Args& args) {
 }
 
 // ------------------------------------------------------------------ workloads
-struct PinReport {
-  std::string backend = "none";
-  std::string reason = "not implemented";
-};
-
-/// What pinning the runtime did for this loader.
-// TODO(lead): take this from the runtime once pinning exists; the expected call is
-//   loader::PinStatus DataLoader::pin_memory_status() const   // {backend: "cuda" | "mlock" | "none", reason}
-// Until then the report says "none" / "not implemented"; `pinned` below already
-// reads Tensor::is_pinned() of the delivered batch, which is the truth either way.
-PinReport pin_report(const DataLoader& /*dl*/) { return {}; }
-
 int run_bench(Args& args) {
   if (args.flag("memcpy")) return run_memcpy(args);
   const auto& wl = bench::workload_info(args.require("workload"));
@@ -295,7 +283,7 @@ int run_bench(Args& args) {
     int64_t total = 0, samples = 0, batches = 0, first_n = 0;
     uint64_t checksum = 0;
     double first_s = 0;
-    bool pinned = false;
+    bool batch_pinned = false;
     const double sampler_cpu0 = mem.thread_cpu_s();
     bench::CpuClock cpu;
     auto t0 = Clock::now();
@@ -309,7 +297,7 @@ int run_bench(Args& args) {
         if (batches == 0) {
           first_s = seconds_since(t0);
           first_n = m;
-          pinned = (wl.iterable ? labels : (*batch)[0].to_tensor()).is_pinned();
+          batch_pinned = (wl.iterable ? labels : (*batch)[0].to_tensor()).is_pinned();
         }
         ++batches;
         if (verify) checksum += static_cast<uint64_t>(batches) * batch_byte_sum(*batch);
@@ -372,10 +360,12 @@ int run_bench(Args& args) {
     j["in_order"] = opts.in_order;
     j["pin_memory"] = pin;
     if (pin) {
-      auto pr = pin_report(*dl);
-      j["pin_backend"] = pr.backend;
-      j["pinned"] = pinned;
-      if (pr.backend != "cuda") j["pin_reason"] = pr.reason;
+      // What the runtime says it did, and what the delivered batch says of itself.
+      const PinStatus ps = dl->pin_memory_status();
+      j["pin_backend"] = ps.backend_name();
+      j["pinned"] = ps.pinned;
+      j["batch_is_pinned"] = batch_pinned;
+      if (ps.backend != PinBackend::Cuda) j["pin_reason"] = ps.reason;
     }
     j["setup_s"] = setup_s;
     j["quick"] = quick;

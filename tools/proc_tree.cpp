@@ -236,13 +236,13 @@ std::vector<std::pair<pid_t, double>> live_descendants_cpu() {
 }  // namespace
 
 CpuClock::CpuClock() {
+  live_ = live_descendants_cpu();  // first: the /proc scan must not count as the epoch's
   rusage self{}, kids{};
   ::getrusage(RUSAGE_SELF, &self);
   ::getrusage(RUSAGE_CHILDREN, &kids);
   self_s_ = tv_seconds(self.ru_utime) + tv_seconds(self.ru_stime);
   reaped_s_ = tv_seconds(kids.ru_utime) + tv_seconds(kids.ru_stime);
   nvcsw_ = self.ru_nvcsw;
-  live_ = live_descendants_cpu();
 }
 
 CpuUse CpuClock::since() const {

@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "loader/collate.h"
+#include "loader/dataloader.h"
 #include "loader/error.h"
 #include "loader/fetch.h"
+#include "loader/samplers.h"
 #include "test_util.h"
 
 namespace {
@@ -196,6 +198,30 @@ TEST(FashionMNIST, FastPathBatchEqualsDefaultCollateOfGet) {
   EXPECT_EQ(a, b);
   for (size_t r = 0; r < indices.size(); ++r)
     EXPECT_EQ(a[1].to_tensor().item_int64_at(static_cast<int64_t>(r)), ds->label(indices[r]));
+}
+
+TEST(FashionMNIST, WorkerProcessesDeliverTheSameBatchesAsTheMainProcess) {
+  REQUIRE_DATA();
+  loader::register_fashion_mnist();
+  auto ds = loader::make_dataset({"fashion_mnist", loader::Value::dict({{"train", false}})});
+  auto batches = [&](int workers) {
+    loader::DataLoaderOptions o;
+    o.batch_size = 1000;
+    o.num_workers = workers;
+    o.sampler = std::make_shared<loader::RandomSampler>(ds, std::make_shared<loader::Generator>(7));
+    loader::DataLoader dl(ds, o);
+    std::vector<loader::Value> out;
+    for (loader::Value& b : dl) out.push_back(b.map_tensors([](const loader::Tensor& t) { return t.clone(); }));
+    return out;
+  };
+  auto in_process = batches(0);
+  auto workers = batches(2);
+  ASSERT_EQ(in_process.size(), 10u);
+  ASSERT_EQ(workers.size(), in_process.size());
+  for (size_t i = 0; i < in_process.size(); ++i) {
+    EXPECT_TRUE(workers[i][0].to_tensor().bitwise_equal(in_process[i][0].to_tensor())) << "batch " << i;
+    EXPECT_TRUE(workers[i][1].to_tensor().bitwise_equal(in_process[i][1].to_tensor())) << "batch " << i;
+  }
 }
 
 // ------------------------------------------------------------------ corrupt files

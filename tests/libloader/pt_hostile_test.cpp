@@ -191,8 +191,10 @@ TEST(PtHostile, OpcodesThatBuildArbitraryObjectsAreRefused) {
   EXPECT_NE(load_error(archive_with("\x80\x02" "ctorch\nFloatStorage\n)R.")).find("unrecognized function"), std::string::npos);
   // BUILD on a plain list
   EXPECT_NE(load_error(archive_with("\x80\x02]}b.")).find("Can only build"), std::string::npos);
-  // a class left in the result
+  // a class left in the result, or in an OrderedDict attribute
   EXPECT_NE(load_error(archive_with("\x80\x02]ctorch\nFloatStorage\na.")).find("not data"), std::string::npos);
+  EXPECT_NE(load_error(archive_with("\x80\x02" "ccollections\nOrderedDict\n)R}X\x01\x00\x00\x00" "actorch\nFloatStorage\nsb."s)).find("not data"),
+            std::string::npos);
 }
 
 TEST(PtHostile, OversizedSizesAreRefusedWithoutAllocating) {
@@ -200,7 +202,7 @@ TEST(PtHostile, OversizedSizesAreRefusedWithoutAllocating) {
   // sizes whose product overflows int64
   EXPECT_NE(load_error(archive_with(tensor_pickle(4, 0, {1LL << 62, 4}, {1, 1}), {{"0", store}})).find("2^63"), std::string::npos);
   // sizes x strides overflowing
-  EXPECT_NE(load_error(archive_with(tensor_pickle(4, 0, {2, 2}, {1LL << 62, 1}), {{"0", store}})).find("2^63"), std::string::npos);
+  EXPECT_NE(load_error(archive_with(tensor_pickle(4, 0, {3, 2}, {1LL << 62, 1}), {{"0", store}})).find("2^63"), std::string::npos);
   // a storage numel that overflows numel * element size
   EXPECT_NE(load_error(archive_with(tensor_pickle(1LL << 62, 0, {1}, {1}), {{"0", store}})).find("overflows"), std::string::npos);
   // a storage numel larger than its record

@@ -118,9 +118,9 @@ std::map<std::string, Written> cpp_objects() {
     add("cpp_python_only_types", d, false);
   }
   {
-    std::vector<float> big(300000);
+    std::vector<float> big(30000);
     for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.25f;
-    add("cpp_big", Tensor::from_vector<float>(big, {1000, 300}).transpose(0, 1));
+    add("cpp_big", Tensor::from_vector<float>(big, {100, 300}).transpose(0, 1));
   }
   return m;
 }

@@ -156,27 +156,32 @@ TEST(PtZip, ZipBombsAreRefusedBeforeInflating) {
   const std::string zeros(1 << 20, '\0');
   const std::string packed = deflate_raw(zeros);
   const uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(zeros.data()), static_cast<uInt>(zeros.size())));
-  {  // honest: inflates
-    pt::ZipReader r(mem(deflate_zip("x", packed, 1 << 20, crc)));
+  // (the archives must outlive the readers: a memory source does not copy)
+  const std::string honest = deflate_zip("x", packed, 1 << 20, crc);
+  {
+    pt::ZipReader r(mem(honest));
     EXPECT_EQ(r.read(r.entries()[0]), zeros);
   }
   // claims more than deflate can expand the compressed bytes to
-  EXPECT_THROW(pt::ZipReader(mem(deflate_zip("x", packed.substr(0, 10), 0xFFFFFFF0u, crc))), pt::PtFormatError);
+  const std::string bomb = deflate_zip("x", packed.substr(0, 10), 0xFFFFFFF0u, crc);
+  EXPECT_THROW(pt::ZipReader{mem(bomb)}, pt::PtFormatError);
   // a record over the configured limit
   pt::ZipLimits small;
   small.max_inflated_bytes = 1000;
   try {
-    pt::ZipReader r(mem(deflate_zip("x", packed, 1 << 20, crc)), small);
+    pt::ZipReader r(mem(honest), small);
     FAIL() << "limit not applied";
   } catch (const pt::PtFormatError& e) {
     EXPECT_NE(std::string(e.what()).find("max_inflated_bytes"), std::string::npos) << e.what();
   }
+  const std::string too_small = deflate_zip("x", packed, 1000, crc);
   {  // declared smaller than the real output
-    pt::ZipReader r(mem(deflate_zip("x", packed, 1000, crc)));
+    pt::ZipReader r(mem(too_small));
     EXPECT_THROW(r.read(r.entries()[0]), pt::PtFormatError);
   }
+  const std::string too_large = deflate_zip("x", packed, (1 << 20) + 5, crc);
   {  // declared larger than the real output
-    pt::ZipReader r(mem(deflate_zip("x", packed, (1 << 20) + 5, crc)));
+    pt::ZipReader r(mem(too_large));
     EXPECT_THROW(r.read(r.entries()[0]), pt::PtFormatError);
   }
 }

@@ -558,6 +558,21 @@ std::string small_record(const ZipReader& zip, const ZipEntry& e, const LoadOpti
   return zip.read(e, o.verify_crc);
 }
 
+// Attribute states are not part of the result the unpickler checked: refuse classes,
+// functions and storages in them too (depth is bounded and cycles were refused).
+void reject_objects(const Value& v, const std::string& where) {
+  if (v.is_object())
+    throw PtFormatError(where + ": an OrderedDict attribute holds " + v.python_type() +
+                        ", which is not data; loader only loads tensors, numbers, strings, bytes and containers");
+  if (v.is_sequence())
+    for (const Value& x : v.items()) reject_objects(x, where);
+  if (v.is_dict())
+    for (const auto& kv : v.dict_items()) {
+      reject_objects(kv.first, where);
+      reject_objects(kv.second, where);
+    }
+}
+
 void check_not_legacy(const ByteSource& src) {
   uint8_t head[262] = {};
   const size_t n = static_cast<size_t>(std::min<uint64_t>(src.size(), sizeof head));
@@ -674,6 +689,7 @@ Archive load_archive(const std::shared_ptr<ByteSource>& source, const LoadOption
   out.value = unpickle(reinterpret_cast<const uint8_t*>(pickle.data()), pickle.size(), hooks,
                        name + ": record '" + pkl->name + "'", ul);
   out.states = std::move(hooks.states);
+  for (const auto& st : out.states) reject_objects(st.state, name + ": record '" + pkl->name + "'");
   return out;
 }
 
@@ -872,23 +888,24 @@ class PtWriter {
   }
 
   void save_storage(const Tensor& t) {
-    const Storage* key_ptr = t.storage().get();
-    auto it = storage_index_.find(key_ptr);
+    // One key per storage.  An empty storage viewed as several dtypes (no data to
+    // disagree about) gets one key per dtype, so every tensor keeps its dtype.
+    const bool empty = t.storage()->nbytes() < t.element_size();
+    const auto key = std::make_pair(static_cast<const void*>(t.storage().get()), empty ? static_cast<int>(t.dtype()) : -1);
+    auto it = storage_index_.find(key);
     size_t idx;
     if (it == storage_index_.end()) {
       idx = storages_.size();
       const size_t es = t.element_size();
       storages_.push_back({std::to_string(idx), t.storage(), t.dtype(), t.storage()->nbytes() / es * es});
-      storage_index_.emplace(key_ptr, idx);
+      storage_index_.emplace(key, idx);
     } else {
       idx = it->second;
-      StorageOut& s = storages_[idx];
-      if (s.dtype != t.dtype()) {
-        if (s.nbytes != 0)
-          throw ValueError("Cannot save multiple tensors or storages that view the same data as different types "
-                           "(a " + std::string(dtype_name(s.dtype)) + " and a " + dtype_name(t.dtype()) +
-                           " tensor share one storage); save a copy (clone()) of one of them");
-      }
+      const StorageOut& s = storages_[idx];
+      if (s.dtype != t.dtype())
+        throw ValueError("Cannot save multiple tensors or storages that view the same data as different types "
+                         "(a " + std::string(dtype_name(s.dtype)) + " and a " + dtype_name(t.dtype()) +
+                         " tensor share one storage); save a copy (clone()) of one of them");
     }
     const StorageOut& s = storages_[idx];
     p_.mark();
@@ -947,7 +964,7 @@ class PtWriter {
   std::unordered_set<const void*> in_progress_;
   std::unordered_map<const void*, const Value*> states_;
   std::vector<StorageOut> storages_;
-  std::unordered_map<const Storage*, size_t> storage_index_;
+  std::map<std::pair<const void*, int>, size_t> storage_index_;
 };
 
 std::string default_archive_name(const std::string& path) {
