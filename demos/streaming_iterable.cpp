@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(*stream->size()), split.c_str(), workers, static_cast<long long>(batch_size),
                 static_cast<long long>(dl.size()));
 
+    auto who = [](int64_t w) { return w < 0 ? std::string("the main process") : "worker " + std::to_string(w); };
     std::map<int64_t, std::pair<int64_t, int64_t>> share;  // worker -> (first, last) record
     std::map<int64_t, int64_t> per_worker;
     std::vector<int> seen(static_cast<size_t>(*stream->size()), 0);
@@ -137,8 +138,8 @@ int main(int argc, char** argv) {
       auto records = batch.at("record").to_tensor().to_int64_vector();
       auto from = batch.at("worker").to_tensor().to_int64_vector();
       if (batches < 6 || records.size() < static_cast<size_t>(batch_size))
-        std::printf("  batch %2lld: %zu samples from worker %lld, records %lld..%lld, images %s\n",
-                    static_cast<long long>(batches), records.size(), static_cast<long long>(from.front()),
+        std::printf("  batch %2lld: %zu samples from %s, records %lld..%lld, images %s\n",
+                    static_cast<long long>(batches), records.size(), who(from.front()).c_str(),
                     static_cast<long long>(records.front()), static_cast<long long>(records.back()),
                     batch.at("image").to_tensor().sizes().str().c_str());
       else if (batches == 6)
@@ -152,8 +153,9 @@ int main(int argc, char** argv) {
       ++batches;
     }
     for (const auto& [w, n] : per_worker)
-      std::printf("worker %lld streamed %lld records [%lld, %lld]\n", static_cast<long long>(w),
-                  static_cast<long long>(n), static_cast<long long>(share[w].first),
+      std::printf("%s streamed %lld records [%lld, %lld]\n",
+                  who(w).c_str(), static_cast<long long>(n),
+                  static_cast<long long>(share[w].first),
                   static_cast<long long>(share[w].second));
     int64_t missing = 0, repeated = 0;
     for (int c : seen) missing += c == 0, repeated += c > 1;

@@ -80,12 +80,12 @@ bool cuda_pinning_available(std::string* reason) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
-      why = "no usable CUDA device: " + cuda_error_text("cudaGetDeviceCount", e) + "; " + versions;
+      why = cuda_error_text("cudaGetDeviceCount", e) + "; " + versions;
       (void)cudaGetLastError();
       return;
     }
     if (count == 0) {
-      why = "no usable CUDA device: cudaGetDeviceCount found 0 devices; " + versions;
+      why = "cudaGetDeviceCount found 0 CUDA devices; " + versions;
       return;
     }
     ok = true;

@@ -46,9 +46,10 @@ struct PinResult {
 void merge_pin_result(PinResult& into, const PinResult& r);
 
 /// Whether CUDA pinning is possible in this process, and if not why, in the CUDA
-/// runtime's words, e.g. "no usable CUDA driver: cudaGetDeviceCount: 35
-/// cudaErrorInsufficientDriver (CUDA driver version is insufficient for CUDA
-/// runtime version)".  Cached after the first call; never creates a CUDA context.
+/// runtime's words, e.g. "cudaGetDeviceCount: 35 cudaErrorInsufficientDriver (CUDA
+/// driver version is insufficient for CUDA runtime version); no CUDA driver is
+/// loaded (cudaDriverGetVersion reports 0), runtime CUDA 13.0".  Cached after the
+/// first call; never creates a CUDA context.
 bool cuda_pinning_available(std::string* reason = nullptr);
 /// True when this build was compiled with the CUDA runtime.
 bool built_with_cuda();

@@ -313,7 +313,7 @@ TEST_F(SamplerActor, SendsTheEpochNoticeThenPrefetchFactorTimesWorkersTasks) {
           << workers << " workers, prefetch " << prefetch;
       for (int w = 0; w < workers; ++w) {
         expect_epoch_notice(w, 1, sampler);
-        for (int k = 0; k < prefetch - 1; ++k) {
+        for (int k = 0; k < prefetch; ++k) {
           int64_t t = w + k * workers;
           expect_task(w, static_cast<uint64_t>(t), 1, std::vector<int64_t>{2 * t, 2 * t + 1});
         }

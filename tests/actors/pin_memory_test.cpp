@@ -4,9 +4,16 @@
 // whichever backend this machine gives (cuda with a GPU; here no driver, so mlock
 // as root with CAP_IPC_LOCK, or nothing without it): each outcome is checked
 // against the others and against the kernel's count of locked memory (VmLck).
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -119,6 +126,8 @@ TEST_P(PinMemoryWorkers, BatchesArriveAndTellTheTruthAboutPinning) {
     EXPECT_EQ(next_label, n);
   }
   const PinStatus s = dl.pin_memory_status();
+  std::cout << "  pin_memory_status: backend=" << s.backend_name() << " pinned=" << s.pinned
+            << " regions=" << s.regions << " reason=" << s.reason << "\n";
   EXPECT_GE(s.regions, 4) << "each of 2 workers needs at least one slab per pool, and there were 2 pools";
   expect_consistent(s, pin_warnings(capture));
   // Every page-lock is released with the pools.
@@ -163,6 +172,44 @@ TEST_P(PinMemoryWorkers, WithoutPinMemoryNothingIsPinnedOrSaid) {
   EXPECT_EQ(s.reason, "pin_memory is false");
   EXPECT_EQ(s.regions, 0);
   EXPECT_TRUE(pin_warnings(capture).empty());
+}
+
+// The other outcome of mlock for the whole loader: this test binary again, in a child
+// without CAP_IPC_LOCK (dropped from the bounding set, so exec cannot give it back)
+// and with RLIMIT_MEMLOCK 0, runs the test above; there every slab must fall back to
+// "none", and the batches still arrive.
+TEST(PinMemoryWithoutMlock, BatchesArriveUnpinnedWhenNothingCanLock) {
+  if (cuda_pinning_available()) GTEST_SKIP() << "a CUDA device is usable: slabs are CUDA-pinned, mlock is not tried";
+  char out_path[] = "/tmp/loader_pin_test_XXXXXX";
+  int out = mkstemp(out_path);
+  ASSERT_GE(out, 0);
+  unlink(out_path);
+  std::string self = "/proc/self/exe";
+  std::string filter = "--gtest_filter=ProcessAndInProcess/PinMemoryWorkers.BatchesArriveAndTellTheTruthAboutPinning/*";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    (void)prctl(PR_CAPBSET_DROP, CAP_IPC_LOCK, 0, 0, 0);
+    rlimit lim{0, 0};
+    if (setrlimit(RLIMIT_MEMLOCK, &lim) != 0) _exit(120);
+    dup2(out, 1);
+    dup2(out, 2);
+    char* argv[] = {self.data(), filter.data(), nullptr};
+    execv("/proc/self/exe", argv);
+    _exit(121);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  std::string text(static_cast<size_t>(lseek(out, 0, SEEK_END)), '\0');
+  ASSERT_EQ(pread(out, text.data(), text.size(), 0), static_cast<ssize_t>(text.size()));
+  close(out);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  ASSERT_EQ(WEXITSTATUS(status), 0) << text;
+  if (text.find("backend=mlock") != std::string::npos)
+    GTEST_SKIP() << "CAP_IPC_LOCK could not be dropped here (no CAP_SETPCAP?), so mlock still worked";
+  EXPECT_NE(text.find("backend=none"), std::string::npos) << text;
+  EXPECT_NE(text.find("mlock failed too"), std::string::npos) << text;
+  EXPECT_NE(text.find("[  PASSED  ] 2 tests"), std::string::npos) << text;
 }
 
 INSTANTIATE_TEST_SUITE_P(ProcessAndInProcess, PinMemoryWorkers,

@@ -61,7 +61,7 @@ TEST(PinnedMemory, CudaAvailabilityComesWithAReasonWhenAbsent) {
     EXPECT_EQ(why.rfind("built without CUDA", 0), 0u) << why;
   } else {
     // The CUDA runtime's own words: the call, the error number and its name.
-    EXPECT_NE(why.find("no usable CUDA device: cudaGetDeviceCount"), std::string::npos) << why;
+    EXPECT_EQ(why.rfind("cudaGetDeviceCount", 0), 0u) << why;
     EXPECT_NE(why.find("runtime CUDA"), std::string::npos) << why;
   }
   // Cached: the same answer every time.
