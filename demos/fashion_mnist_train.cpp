@@ -1,13 +1,17 @@
 // Trains a multi-layer perceptron on the real Fashion-MNIST data, fed by the loader
 // (shuffling, worker processes, shared-memory batches), in plain C++ with Eigen.
 //
-//   build/demos/fashion_mnist_train --epochs 10 --workers 2 --out fashion_mlp.pt
+//   build/demos/fashion_mnist_train --epochs 15 --workers 2 --out fashion_mlp.pt
 //
 // The model is exactly PyTorch's
 //   torch.nn.Sequential(Flatten(), Linear(784, 256), ReLU(), Linear(256, 128), ReLU(), Linear(128, 10))
 // on images scaled to [0, 1] (pixel / 255), initialised as PyTorch initialises it
 // after torch.manual_seed(seed) (bit for bit: the same generator, the same draws),
-// trained with Adam (lr 1e-3) or SGD on mini-batches of 128 with cross-entropy loss.
+// trained with Adam (lr 1e-3) or SGD on mini-batches of 128 with cross-entropy loss,
+// the learning rate following a cosine from lr to 0 over all steps (PyTorch's
+// CosineAnnealingLR(T_max = steps) stepped per batch; --schedule constant turns it off).
+// 15 epochs reach about 0.89 test accuracy (the Fashion-MNIST benchmark lists 0.8833
+// for an MLP 256-128-100).
 // The data order is RandomSampler(train_set, generator=torch.Generator().manual_seed(seed))'s,
 // the same for any number of workers, so --workers never changes the result.
 //
@@ -17,7 +21,7 @@
 //   model.load_state_dict(torch.load("fashion_mlp.pt"))
 // accepts (demos/check_checkpoint.py evaluates it in PyTorch).  --resume reads such
 // a file (written by this program or by PyTorch) and continues from its weights;
-// the optimizer state starts afresh.
+// the optimizer state and the learning-rate schedule start afresh.
 //
 // Every epoch prints the mean training loss, the accuracy on the 10,000 test
 // images, samples per second and how long the trainer waited for data; a progress
@@ -53,6 +57,7 @@ extern "C" void openblas_set_num_threads(int num_threads);
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr double kPi = 3.14159265358979323846;
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using Vector = Eigen::VectorXf;
 
@@ -80,14 +85,15 @@ struct Options {
 
 const char* kUsage =
     "usage: fashion_mnist_train [--epochs N] [--workers W] [--batch-size B] [--optimizer adam|sgd]\n"
-    "                           [--lr LR] [--momentum M] [--seed S] [--hidden 256,128]\n"
-    "                           [--root DIR] [--out PATH.pt] [--resume PATH.pt] [--threads T]\n"
-    "                           [--progress | --no-progress]\n"
+    "                           [--lr LR] [--momentum M] [--schedule cosine|constant] [--seed S]\n"
+    "                           [--hidden 256,128] [--root DIR] [--out PATH.pt] [--resume PATH.pt]\n"
+    "                           [--threads T] [--progress | --no-progress]\n"
     "  --epochs N        passes over the 60,000 training images (default 15; 0 only evaluates)\n"
     "  --workers W       loader worker processes (default 2; 0 loads in this process)\n"
     "  --batch-size B    samples per batch (default 128)\n"
     "  --optimizer O     adam (default, lr 1e-3) or sgd (momentum 0.9, lr 0.05)\n"
-    "  --seed S          torch.manual_seed equivalent: initial weights and data order (default 0)\n"
+    "  --schedule S      cosine (default: lr decays to 0 over the run) or constant\n"
+    "  --seed S          initial weights as after torch.manual_seed(S), and the data order (default 0)\n"
     "  --hidden LIST     hidden layer sizes (default 256,128: the documented model)\n"
     "  --root DIR        Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
     "  --out PATH.pt     write the trained weights as a PyTorch state_dict\n"
@@ -544,10 +550,13 @@ int train(const Options& opt) {
       const loader::Tensor images = (*batch)[0].to_tensor().contiguous();
       const loader::Tensor labels = (*batch)[1].to_tensor().contiguous();
       const int64_t b = images.size(0);
+      if (images.dtype() != loader::DType::Float32 || images.numel() != b * 784 || labels.numel() != b)
+        throw loader::ValueError("unexpected batch " + batch->repr().substr(0, 200) +
+                                 ": expected [float32 [B, 1, 28, 28], int64 [B]]");
       Eigen::Map<const RowMatrix> x(images.data<float>(), b, 784);
       // CosineAnnealingLR(T_max = all steps), stepped after every batch.
       const double lr = opt.schedule == "cosine"
-                            ? opt.lr * (1 + std::cos(M_PI * static_cast<double>(step) / total_steps)) / 2
+                            ? opt.lr * (1 + std::cos(kPi * static_cast<double>(step) / total_steps)) / 2
                             : opt.lr;
       ++step;
       adam.set_lr(lr);

@@ -47,6 +47,7 @@ Json bandwidth_row(const std::string& source, const void* host, size_t bytes, in
   j["repeats"] = repeats;
   j["seconds"] = t.seconds;
   j["GB_per_s"] = t.gb_per_s;
+  j["wall_seconds"] = t.wall_seconds;
   if (!note.empty()) j["note"] = note;
   std::cerr << "[gpu-check] H2D from " << std::left << std::setw(28) << source << std::right << std::fixed
             << std::setprecision(2) << t.gb_per_s << " GB/s" << (note.empty() ? "" : "  (" + note + ")") << "\n";

@@ -26,6 +26,7 @@ void TreeMemory::max_with(const TreeMemory& o) {
   shm_mb = std::max(shm_mb, o.shm_mb);
   mem_mb = std::max(mem_mb, o.mem_mb);
   sys_mb = std::max(sys_mb, o.sys_mb);
+  root_anon_mb = std::max(root_anon_mb, o.root_anon_mb);
   processes = std::max(processes, o.processes);
 }
 
@@ -97,16 +98,27 @@ void collect_shared_segments(pid_t pid, std::map<std::string, int64_t>& seg) {
 }  // namespace
 
 std::vector<pid_t> process_tree(pid_t root) {
-  std::multimap<pid_t, pid_t> children;
+  // A process's parent does not change while it lives (orphans are re-parented, and
+  // then they are no longer in our tree anyway), so parent ids are cached and only
+  // processes not seen before have their /proc/PID/stat read: a scan costs one
+  // directory listing on a machine with hundreds of processes.
+  static std::mutex mu;
+  static std::map<pid_t, pid_t> parent_cache;
+  std::lock_guard<std::mutex> lock(mu);
+  std::map<pid_t, pid_t> seen;
   if (DIR* d = ::opendir("/proc")) {
     while (dirent* e = ::readdir(d)) {
       if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
       pid_t pid = static_cast<pid_t>(std::strtol(e->d_name, nullptr, 10));
-      pid_t ppid = parent_of(pid);
-      if (ppid > 0) children.emplace(ppid, pid);
+      auto it = parent_cache.find(pid);
+      seen[pid] = it != parent_cache.end() ? it->second : parent_of(pid);
     }
     ::closedir(d);
   }
+  parent_cache.swap(seen);  // forget processes that are gone (their pid may be reused)
+  std::multimap<pid_t, pid_t> children;
+  for (const auto& [pid, ppid] : parent_cache)
+    if (ppid > 0) children.emplace(ppid, pid);
   std::vector<pid_t> out{root};
   for (size_t k = 0; k < out.size(); ++k) {
     auto range = children.equal_range(out[k]);
@@ -176,6 +188,7 @@ void ProcessTreeSampler::sample(bool refresh_tree) {
     if (!read_proc_mem(p, pm)) continue;
     m.rss_mb += static_cast<double>(pm.rss_kb) * 1024 / 1e6;
     m.anon_mb += static_cast<double>(pm.anon_kb) * 1024 / 1e6;
+    if (p == root_) m.root_anon_mb = static_cast<double>(pm.anon_kb) * 1024 / 1e6;
     m.file_mb += static_cast<double>(pm.file_kb) * 1024 / 1e6;
     ++m.processes;
   }

@@ -39,6 +39,7 @@ namespace loader::bench {
 
 struct TreeMemory {
   double rss_mb = 0, anon_mb = 0, file_mb = 0, shm_mb = 0, mem_mb = 0, sys_mb = 0;
+  double root_anon_mb = 0;  ///< RssAnon of the root process alone (the rest is its descendants')
   int processes = 0;
   /// Element-wise maximum.
   void max_with(const TreeMemory& o);

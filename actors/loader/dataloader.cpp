@@ -132,7 +132,10 @@ bool DataLoader::is_iterable() const { return static_cast<bool>(state_->iterable
 std::shared_ptr<Sampler> DataLoader::sampler() const { return state_->sampler; }
 std::shared_ptr<BatchSamplerBase> DataLoader::batch_sampler() const { return state_->batch_sampler; }
 
-void DataLoader::shutdown() { state_->persistent_pool.reset(); }
+void DataLoader::shutdown() {
+  if (state_->live_persistent_epoch) state_->live_persistent_epoch->end();
+  state_->persistent_pool.reset();
+}
 
 PinStatus DataLoader::pin_memory_status() const { return state_->pin_tracker->status(); }
 

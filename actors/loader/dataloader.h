@@ -46,8 +46,9 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  /// One epoch, as Python's iter(loader).  Only one epoch of a loader runs at a
-  /// time: starting a new one ends the previous one.
+  /// One epoch, as Python's iter(loader).  With persistent_workers, starting a new
+  /// epoch ends the previous one (PyTorch resets its single persistent iterator);
+  /// otherwise every iterator has workers of its own, as in PyTorch.
   class Iterator {
    public:
     Iterator(Iterator&&) noexcept;

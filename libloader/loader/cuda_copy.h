@@ -123,8 +123,9 @@ DeviceBatch to_device_async(const Value& batch, CudaStream& stream);
 /// Host-to-device bandwidth from `host` (`bytes` bytes) into one device buffer,
 /// `repeats` back-to-back copies on `stream`, timed with CUDA events.
 struct CopyTiming {
-  double seconds = 0;    ///< all repeats
-  double gb_per_s = 0;   ///< bytes * repeats / seconds / 1e9
+  double seconds = 0;       ///< all repeats, between CUDA events on the stream
+  double gb_per_s = 0;      ///< bytes * repeats / seconds / 1e9
+  double wall_seconds = 0;  ///< the same on the host's clock (from pageable memory the host stages the bytes)
 };
 CopyTiming time_host_to_device(const void* host, size_t bytes, int repeats, CudaStream& stream);
 

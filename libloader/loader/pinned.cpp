@@ -153,6 +153,7 @@ std::shared_ptr<Storage> allocate_pinned(size_t nbytes, PinResult* how) {
     why = cuda_error_text("cudaHostAlloc", e) + " for " + std::to_string(nbytes) + " bytes";
 #endif
   }
+  (void)nbytes;
   if (how) *how = PinResult{PinBackend::None, false, why + "; the tensor stays in ordinary memory"};
   return nullptr;
 }

@@ -750,5 +750,35 @@ TEST_F(TorchWorkerCases, D106_PersistentIterableWorkersRestartTheirStreamsAfterA
   }
 }
 
+TEST_F(TorchWorkerCases, PersistentLoaderStartingANewEpochEndsTheLiveOne) {
+  // DataLoader::iter(): "Only one epoch of a loader runs at a time: starting a new one
+  // ends the previous one."  (PyTorch resets its one persistent iterator and discards
+  // the old epoch's results before the new epoch's first task.)
+  DataLoaderOptions o;
+  o.num_workers = 2;
+  o.batch_size = 2;
+  o.persistent_workers = true;
+  o.timeout = 3;  // a lost batch fails in 3 s instead of hanging the suite
+  DataLoader dl(make_dataset({"range", Value::dict({{"n", 20}})}), o);
+  auto it1 = dl.iter();
+  ASSERT_TRUE(it1.next().has_value());
+  auto it2 = dl.iter();
+  std::vector<std::vector<int64_t>> got;
+  try {
+    while (auto b = it2.next()) got.push_back(b->to_tensor().to_int64_vector());
+  } catch (const RuntimeError& e) {
+    ADD_FAILURE() << "the new epoch failed after " << got.size() << " batches: " << e.what();
+  }
+  std::vector<std::vector<int64_t>> want;
+  for (int64_t j = 0; j < 10; ++j) want.push_back({2 * j, 2 * j + 1});
+  EXPECT_EQ(got, want) << "the new epoch must give every batch, in order";
+  try {
+    auto stale = it1.next();
+    EXPECT_FALSE(stale.has_value()) << "the previous epoch was ended by iter()";
+  } catch (const RuntimeError& e) {
+    ADD_FAILURE() << "the previous iterator must simply be over, got: " << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace loader

@@ -194,3 +194,28 @@ TEST(PtTorch, FilesPyTorchWritesLoadWithTheSameValues) {
 }
 
 }  // namespace
+
+namespace {
+
+// S6 in small: zip64 extra fields and 64-bit data descriptors on every record (written
+// for real only past 4 GiB) are read by PyTorch's reader too.
+TEST(PtTorch, Zip64RecordsLoadInPyTorch) {
+  REQUIRE_TORCH();
+  TempDir dir;
+  pt::SaveOptions o;
+  o.force_zip64 = true;
+  Value v = Value::dict({{"x", Tensor::arange(5)}, {"y", pt::make_parameter(Tensor::from_vector<float>({1.5f, -2.0f}))}});
+  pt::save(v, dir.file("z64.pt"), o);
+  EXPECT_EQ(describe_manifest_style(pt::load_archive(dir.file("z64.pt"))),
+            describe_manifest_style(pt::Archive{v, {}, "", {}}));
+  const std::string out = dir.file("z64.json");
+  auto r = run_command(shell_quote(torch_python()) + " " + shell_quote(kHelper) + " describe " + shell_quote(out) + " " +
+                       shell_quote(dir.file("z64.pt")) + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json py = nlohmann::json::parse(read_file(out))["z64.pt"];
+  EXPECT_TRUE(py["weights_only"].get<bool>());
+  EXPECT_TRUE(py["testzip"].is_null());
+  EXPECT_EQ(py["object"], describe_manifest_style(pt::Archive{v, {}, "", {}}));
+}
+
+}  // namespace

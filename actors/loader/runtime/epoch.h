@@ -26,6 +26,8 @@ class EpochBackend {
   virtual std::optional<Value> next() = 0;
   /// Pids of the worker processes serving this epoch (empty without workers).
   virtual std::vector<int> worker_pids() { return {}; }
+  /// Ends the epoch now (its next() returns nullopt from then on).
+  virtual void end() {}
 };
 
 /// State of one DataLoader, shared with its live epoch.
@@ -40,6 +42,9 @@ class LoaderState {
   std::optional<int64_t> iterable_len_called;  // len(dataset) once len(loader) was asked
   /// The worker processes kept between epochs (persistent_workers) or of the live epoch.
   std::shared_ptr<runtime::WorkerPool> persistent_pool;
+  /// The live epoch on the persistent workers: a new iter() ends it first, as
+  /// PyTorch resets its single persistent iterator.
+  EpochBackend* live_persistent_epoch = nullptr;
   /// What pin_memory achieved (DataLoader::pin_memory_status()), shared with the
   /// pin-memory actor of every pool; made by the DataLoader constructor.
   std::shared_ptr<PinTracker> pin_tracker;

@@ -114,6 +114,7 @@ class MultiProcessEpoch final : public EpochBackend {
  public:
   MultiProcessEpoch(const std::shared_ptr<LoaderState>& state, uint64_t base_seed) : state_(state) {
     auto& s = *state;
+    if (s.live_persistent_epoch) s.live_persistent_epoch->end();
     if (s.options.persistent_workers && s.persistent_pool) {
       pool_ = s.persistent_pool;
     } else {
@@ -134,9 +135,12 @@ class MultiProcessEpoch final : public EpochBackend {
     setup->prefetch_factor = pool_->prefetch_factor();
     sampler_ = spawn_sampler(sys, setup);
     timeout_ = s.options.timeout;
+    if (s.options.persistent_workers) s.live_persistent_epoch = this;
   }
 
   ~MultiProcessEpoch() override { finish(); }
+
+  void end() override { finish(); }
 
   std::vector<int> worker_pids() override { return pool_ ? pool_->pids() : std::vector<int>{}; }
 
@@ -217,6 +221,7 @@ class MultiProcessEpoch final : public EpochBackend {
   void finish() {
     if (finished_) return;
     finished_ = true;
+    if (state_->live_persistent_epoch == this) state_->live_persistent_epoch = nullptr;
     if (sampler_) {
       // Stopped synchronously: no sampler draw may happen after the epoch ends.
       (*self_)->request(sampler_, std::chrono::seconds(10), stop_atom::value)

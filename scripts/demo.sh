@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Fashion-MNIST end to end on a fresh machine: installs what is missing
+# (scripts/setup.sh), builds (scripts/build.sh), trains the demo MLP on the real data
+# with 2 worker processes, writes the weights as a PyTorch state_dict and, when
+# PyTorch is installed, loads them in PyTorch and measures the test accuracy again.
+#
+#   scripts/demo.sh                           # 15 epochs, 2 workers, ./fashion_mlp.pt
+#   scripts/demo.sh --epochs 5 --workers 0    # extra arguments go to the trainer
+#   scripts/demo.sh --out /tmp/model.pt
+#
+# BUILD_DIR picks the build directory (default: build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+
+out=fashion_mlp.pt
+prev=
+for a in "$@"; do
+  [ "$prev" = "--out" ] && out=$a
+  case $a in --out=*) out=${a#--out=} ;; esac
+  prev=$a
+done
+
+scripts/setup.sh
+BUILD_DIR="$BUILD_DIR" scripts/build.sh
+"$BUILD_DIR/demos/fashion_mnist_train" --epochs 15 --workers 2 --out "$out" "$@"
+echo "checkpoint written to $(realpath "$out")"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  /usr/bin/python3 demos/check_checkpoint.py "$out"
+else
+  echo "(PyTorch not found: skipped loading the checkpoint in PyTorch; see demos/check_checkpoint.py)"
+fi
