@@ -139,6 +139,8 @@ struct DeviceBatch::Impl {
     if (event) {
       (void)cudaEventSynchronize(event);
       (void)cudaEventDestroy(event);
+    } else if (device_buffer) {
+      (void)cudaStreamSynchronize(stream->stream);  // a copy failed half-way: let the queued ones end
     }
     if (device_buffer) {
       (void)cudaSetDevice(stream->device);

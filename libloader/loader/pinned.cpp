@@ -1,6 +1,8 @@
 #include "loader/pinned.h"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -112,7 +114,9 @@ PinResult pin_region(void* data, size_t bytes) {
     (void)cudaGetLastError();
 #endif
   }
-  if (mlock(data, bytes) == 0) {
+  // The system call itself: sanitizers intercept mlock() and make it a no-op that
+  // reports success, which would make this report memory as locked that is not.
+  if (syscall(SYS_mlock, data, bytes) == 0) {
     r.backend = PinBackend::Mlock;
     r.reason = why + "; page-locked with mlock instead (not CUDA-pinned)";
     return r;
@@ -130,7 +134,7 @@ void unpin_region(void* data, size_t bytes, PinBackend backend) {
       if (cudaHostUnregister(data) != cudaSuccess) (void)cudaGetLastError();
 #endif
       break;
-    case PinBackend::Mlock: munlock(data, bytes); break;
+    case PinBackend::Mlock: (void)syscall(SYS_munlock, data, bytes); break;
     case PinBackend::None: break;
   }
 }

@@ -705,8 +705,13 @@ caf::behavior pin_behavior(caf::stateful_actor<PinState>* self, std::shared_ptr<
 }  // namespace
 
 worker_impl_actor spawn_worker(caf::actor_system& sys, WorkerSetup setup) {
-  // Detached: a worker may block (in-process loading, the pin-memory round trip).
-  return sys.spawn<caf::detached>(worker_behavior, std::move(setup));
+  // In-process workers load data in the actor, and with pin_memory a worker waits for
+  // the pin-memory actor: both block, so they get a thread of their own (detached).
+  // Otherwise process workers only move frames and share the scheduler's threads,
+  // which measured 20-35% more batches/s than a thread each (W4, 250k, persistent:
+  // 1 worker 4.75 -> 5.9 M samples/s, 2 workers 4.1 -> 5.5 M samples/s).
+  if (setup.in_process || setup.pin) return sys.spawn<caf::detached>(worker_behavior, std::move(setup));
+  return sys.spawn(worker_behavior, std::move(setup));
 }
 
 caf::actor spawn_sampler(caf::actor_system& sys, std::shared_ptr<SamplerSetup> setup) {
@@ -719,7 +724,9 @@ caf::actor spawn_reorder(caf::actor_system& sys, bool in_order, uint64_t first_t
 
 caf::actor spawn_pin_memory(caf::actor_system& sys, std::shared_ptr<SlabDirectory> directory,
                             std::shared_ptr<PinTracker> tracker) {
-  return sys.spawn(pin_behavior, std::move(directory), std::move(tracker));
+  // Detached: workers wait for its answer with a blocking request (sync_slabs), and
+  // a scheduled pin actor could find every scheduler thread blocked in such a wait.
+  return sys.spawn<caf::detached>(pin_behavior, std::move(directory), std::move(tracker));
 }
 
 }  // namespace loader::runtime
