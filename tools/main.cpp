@@ -152,6 +152,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<std::string> rest(argv + consumed, argv + argc);
+  for (const auto& a : rest)
+    if (a == "--help" || a == "-h") {
+      std::cout << "usage: loader " << it->second.usage << "\n";
+      return 0;
+    }
   try {
     Args args(rest, it->second.flags);
     return it->second.fn(args);
