@@ -53,10 +53,13 @@ struct DataLoaderOptions {
   CollateFn collate_fn;
   std::string collate_fn_name;
 
-  /// Deliver batches page-locked for fast host-to-device copies.  The runtime pins
-  /// the shared-memory slabs themselves once (cudaHostRegister), so pinning costs
-  /// no per-batch copy; without a CUDA device it falls back to mlock (is_pinned()
-  /// stays false) and warns once.  Default false.
+  /// Deliver batches page-locked for fast host-to-device copies.  With workers the
+  /// runtime pins the shared-memory slabs themselves once (cudaHostRegister), so
+  /// pinning costs no per-batch copy; without a CUDA device it falls back to mlock
+  /// (is_pinned() stays false) and warns once.  With num_workers = 0 each batch is
+  /// copied into CUDA pinned memory when a device exists (and custom batch types'
+  /// pin_memory() hooks run), else returned unchanged.  DataLoader::pin_memory_status()
+  /// tells which backend was used and why.  Default false.
   bool pin_memory = false;
 
   /// Drop the last incomplete batch.  Default false.

@@ -420,9 +420,11 @@ worker_impl_actor::behavior_type worker_behavior(worker_pointer self, WorkerSetu
     init_type = e.python_type();
     s.dead = true;
   }
-  self->attach_functor([self] {
-    auto& st = self->state;
-    if (st.link) st.link->stop();
+  // CAF 0.17 destroys the state before attach_functor callbacks run: the callback
+  // holds the link itself.  It runs before the actor counts as terminated, so a
+  // pool waiting for its workers finds every process reaped.
+  self->attach_functor([link = s.link] {
+    if (link) link->stop();
   });
   if (s.link) self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
   return {
