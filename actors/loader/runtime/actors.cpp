@@ -111,8 +111,10 @@ class WorkerLink {
     });
   }
 
-  /// Ends the process and the reader. Idempotent.
+  /// Ends the process and the reader.  Idempotent, and safe to call from the
+  /// worker actor's exit hook and the pool at the same time.
   void stop() {
+    std::lock_guard<std::mutex> lock(stop_mu_);
     child_.shutdown_socket();
     if (reader_.joinable()) reader_.join();
     child_.terminate();
@@ -134,6 +136,7 @@ class WorkerLink {
   worker_impl_actor proxy_;
   ChildProcess child_;
   std::thread reader_;
+  std::mutex stop_mu_;
 };
 
 class ProcessBackend final : public WorkerBackend {
@@ -426,6 +429,7 @@ worker_impl_actor::behavior_type worker_behavior(worker_pointer self, WorkerSetu
   self->attach_functor([link = s.link] {
     if (link) link->stop();
   });
+  if (s.link && s.setup.stopper) s.setup.stopper->set([link = s.link] { link->stop(); });
   if (s.link) self->delayed_send(self, std::chrono::milliseconds(250), tick_atom::value);
   return {
       [self, init_error, init_type](epoch_atom, uint64_t epoch, caf::actor sampler, caf::actor reorder) {

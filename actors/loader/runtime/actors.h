@@ -4,6 +4,8 @@
 
 #include <caf/all.hpp>
 
+#include <functional>
+
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,6 +47,29 @@ class ReleaseSink {
   std::vector<worker_actor> workers_;
 };
 
+/// Lets the pool end a worker's process itself, after the worker actor is gone
+/// (CAF gives no order between an actor's exit hooks and a waiting monitor).
+class ProcessStopper {
+ public:
+  void set(std::function<void()> stop) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = std::move(stop);
+  }
+  /// Ends and reaps the process (idempotent).
+  void run() {
+    std::function<void()> f;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      f = stop_;
+    }
+    if (f) f();
+  }
+
+ private:
+  std::mutex mu_;
+  std::function<void()> stop_;
+};
+
 /// What a worker actor needs: its configuration, slab policy, restart budget.
 struct WorkerSetup {
   WorkerConfig config;
@@ -53,6 +78,7 @@ struct WorkerSetup {
   int max_restarts = 0;
   bool in_process = false;
   caf::actor pin;  ///< pin-memory actor, or invalid
+  std::shared_ptr<ProcessStopper> stopper;  ///< filled in by process workers
 };
 
 /// What the sampler actor of one epoch needs.

@@ -49,6 +49,8 @@ class WorkerPool {
       setup.max_restarts = o.max_worker_restarts;
       setup.in_process = o.worker_mode == WorkerMode::InProcess;
       setup.pin = pin_;
+      setup.stopper = std::make_shared<ProcessStopper>();
+      stoppers_.push_back(setup.stopper);
       impls_.push_back(spawn_worker(*system_, setup));
       workers_.push_back(impls_.back());
     }
@@ -60,6 +62,9 @@ class WorkerPool {
     caf::scoped_actor self{*system_};
     for (auto& w : workers_) self->send_exit(w, caf::exit_reason::user_shutdown);
     for (auto& w : workers_) self->wait_for(w);
+    // Every process is reaped before the pool is gone (the actors' own exit hooks
+    // may not have run yet when wait_for returns).
+    for (auto& st : stoppers_) st->run();
     if (pin_) {
       self->send_exit(pin_, caf::exit_reason::user_shutdown);
       self->wait_for(pin_);
@@ -92,6 +97,7 @@ class WorkerPool {
   std::shared_ptr<SlabDirectory> directory_;
   std::vector<worker_actor> workers_;
   std::vector<worker_impl_actor> impls_;
+  std::vector<std::shared_ptr<ProcessStopper>> stoppers_;
   caf::actor pin_;
   std::shared_ptr<ReleaseSink> sink_;
   int num_workers_ = 0;
