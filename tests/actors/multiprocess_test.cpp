@@ -18,6 +18,7 @@
 #include "loader/generator.h"
 #include "loader/runtime/shm.h"
 #include "loader/worker_info.h"
+#include "process_leaks.h"
 #include "test_util.h"
 
 namespace loader {
@@ -50,39 +51,8 @@ std::shared_ptr<Dataset> probe(int64_t n, int64_t fail_at = -1) {
   return make_dataset({"test_probe", Value::dict({{"n", n}, {"fail_at", fail_at}})});
 }
 
-std::set<std::string> loader_segments() {
-  std::set<std::string> out;
-  std::string prefix = runtime::shm_name_prefix();
-  if (DIR* d = opendir(runtime::shm_dir().c_str())) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.insert(e->d_name);
-    closedir(d);
-  }
-  return out;
-}
-
-/// Children of this process (any state), from /proc.
-std::vector<int> child_pids() {
-  std::vector<int> out;
-  std::string me = std::to_string(getpid());
-  if (DIR* d = opendir("/proc")) {
-    while (dirent* e = readdir(d)) {
-      std::string name = e->d_name;
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream in("/proc/" + name + "/stat");
-      std::string stat;
-      std::getline(in, stat);
-      auto rp = stat.rfind(')');
-      if (rp == std::string::npos) continue;
-      std::istringstream rest(stat.substr(rp + 2));
-      std::string state, ppid;
-      rest >> state >> ppid;
-      if (ppid == me) out.push_back(std::stoi(name));
-    }
-    closedir(d);
-  }
-  return out;
-}
+using loader::testing::child_processes;
+using loader::testing::shm_segments_of_this_process;
 
 std::vector<Value> run_epoch(DataLoader& dl) {
   std::vector<Value> out;
@@ -160,7 +130,7 @@ INSTANTIATE_TEST_SUITE_P(ProcessAndInProcess, Workers,
                          [](const auto& p) { return p.param == WorkerMode::Process ? "Process" : "InProcess"; });
 
 TEST(WorkerProcesses, LeaveNoSegmentAndNoChildBehind) {
-  ASSERT_TRUE(loader_segments().empty());
+  ASSERT_TRUE(shm_segments_of_this_process().empty());
   {
     DataLoaderOptions o;
     o.batch_size = 16;
@@ -171,11 +141,11 @@ TEST(WorkerProcesses, LeaveNoSegmentAndNoChildBehind) {
     auto pids = it.worker_pids();
     ASSERT_EQ(pids.size(), 2u);
     for (int p : pids) EXPECT_GT(p, 0);
-    EXPECT_TRUE(loader_segments().empty()) << "segment names are unlinked right after creation";
+    EXPECT_TRUE(shm_segments_of_this_process().empty()) << "segment names are unlinked right after creation";
     // break out of the epoch early: the iterator goes out of scope here
   }
-  EXPECT_TRUE(child_pids().empty());
-  EXPECT_TRUE(loader_segments().empty());
+  EXPECT_TRUE(child_processes().empty());
+  EXPECT_TRUE(shm_segments_of_this_process().empty());
 }
 
 TEST(WorkerProcesses, PersistentWorkersKeepTheirPids) {
@@ -194,11 +164,11 @@ TEST(WorkerProcesses, PersistentWorkersKeepTheirPids) {
   auto it = dl.iter();
   ASSERT_TRUE(it.next().has_value());
   EXPECT_EQ(it.worker_pids(), first);
-  EXPECT_EQ(child_pids().size(), 2u);
+  EXPECT_EQ(child_processes().size(), 2u);
   while (it.next()) {
   }
   dl.shutdown();
-  EXPECT_TRUE(child_pids().empty());
+  EXPECT_TRUE(child_processes().empty());
 }
 
 TEST(WorkerProcesses, BatchesAreZeroCopyViewsOfSharedMemory) {
