@@ -490,7 +490,7 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
     A("# Benchmarks: loader vs PyTorch DataLoader")
     A("")
     A(f"Measured by `/usr/bin/python3 bench/side_by_side.py {' '.join(args.argv)}` in one run "
-      f"({args.date}, {t_total / 60:.1f} min, {args.rounds} round{'s' if args.rounds > 1 else ''}); "
+      f"(ended {args.date}, {t_total / 60:.1f} min, {args.rounds} round{'s' if args.rounds > 1 else ''}); "
       f"raw results: `{os.path.relpath(args.raw, ROOT)}`"
       + (f"; this page was written from them by `--from-raw` (same data, analysis added)." if args.from_raw
          else ".") + " Plots: " + ", ".join(f"`{os.path.basename(p)}`" for p in plot_files) + ".")
@@ -502,7 +502,10 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
     A(f"**Other work on the machine**: busy processes at the start: {', '.join(busy_start) or 'none'}; "
       f"at the end: {', '.join(busy_end) or 'none'}. CPU time used outside the measured process tree "
       f"while configurations ran: median {other_share:.0%} of the machine, max {other_max:.0%} "
-      f"(column `other_cpu_share` of the raw file). "
+      f"(column `other_cpu_share` of the raw file); median by workload: "
+      + ", ".join(f"{wl} {med(r.get('other_cpu_share') for r in res.recs if r['workload'] == wl):.0%}"
+                  for wl in WORKLOADS if any(r['workload'] == wl for r in res.recs))
+      + ". "
       + ("Figures taken while other work ran are noisier and pessimistic for both sides."
          if other_max > 0.05 else "The machine was otherwise idle."))
     A("")

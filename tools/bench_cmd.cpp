@@ -9,8 +9,6 @@
 // The consumer does what WORKLOADS.md says and nothing more: it adds labels.sum()
 // (W4: batch.sum()) to a running int64 total and drops the batch.  With --verify it
 // also reads every byte of every batch (the timings are then not comparable).
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
