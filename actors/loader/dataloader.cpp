@@ -22,9 +22,7 @@ namespace {
 class SingleProcessEpoch final : public EpochBackend {
  public:
   explicit SingleProcessEpoch(LoaderState& s) : state_(s) {
-    if (s.options.worker_init_fn) {
-      // PyTorch ignores worker_init_fn with num_workers = 0; so do we.
-    }
+    // worker_init_fn is not called with num_workers = 0, as in PyTorch.
     if (s.dataset) {
       tasks_.emplace(s.batch_sampler, s.sampler);
       map_fetcher_.emplace(s.dataset, s.auto_collation, s.collate());

@@ -374,11 +374,7 @@ void copy_to_contiguous(const Tensor& src, void* dst) {
     int64_t off = 0;
     for (int64_t d = 0; d < k; ++d) off += idx[static_cast<size_t>(d)] * st[static_cast<size_t>(d)];
     const uint8_t* p = base + off * static_cast<int64_t>(es);
-    if (run == es) {
-      std::memcpy(out, p, es);
-    } else {
-      std::memcpy(out, p, run);
-    }
+    std::memcpy(out, p, run);
     out += run;
     for (int64_t d = k - 1; d >= 0; --d) {
       if (++idx[static_cast<size_t>(d)] < sz[static_cast<size_t>(d)]) break;

@@ -22,7 +22,6 @@ class WorkerPool {
     std::call_once(swept, [] { sweep_dead_segments(); });
     const auto& o = state.options;
     directory_ = std::make_shared<SlabDirectory>();
-    num_workers_ = o.num_workers;
     prefetch_factor_ = o.effective_prefetch_factor();
     in_order_ = o.in_order;
     SlabPolicy policy;
@@ -100,7 +99,6 @@ class WorkerPool {
   std::vector<std::shared_ptr<ProcessStopper>> stoppers_;
   caf::actor pin_;
   std::shared_ptr<ReleaseSink> sink_;
-  int num_workers_ = 0;
   int prefetch_factor_ = 2;
   bool in_order_ = true;
   uint64_t epochs_ = 0;
