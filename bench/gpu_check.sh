@@ -110,7 +110,7 @@ for source, pin in (("pageable (torch.empty)", False), ("pinned (torch.empty(pin
 
 IMG = 3 * 224 * 224
 
-class W2Python(Dataset):  # ../shared/bench/peer_torch.py's W2 "python" variant
+class W2Python(Dataset):  # bench/peer_torch.py's W2 "python" variant
     def __init__(self, n):
         self.n = n
         self.base = (torch.arange(IMG) & 0xFF).to(torch.uint8).reshape(3, 224, 224)

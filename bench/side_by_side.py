@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """loader vs PyTorch on the standard workloads, side by side, in one run.
 
-Runs `loader bench` and ../shared/bench/peer_torch.py (PyTorch's DataLoader, the
+Runs `loader bench` and bench/peer_torch.py (PyTorch's DataLoader, the
 `tensor` and `python` variants) alternately on the same workloads, sizes and worker
 counts, measures this machine's copy bandwidth (`loader bench --memcpy`), and writes
 the report docs/benchmarks.md with its plots docs/benchmarks_*.png.
@@ -30,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PEER = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "peer_torch.py"))
+PEER = os.path.join(ROOT, "bench", "peer_torch.py")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -511,7 +511,7 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
     A("")
     A("## How it was measured")
     A("")
-    A("* Workloads exactly as `../shared/bench/WORKLOADS.md` defines them, at the timed suite's sizes "
+    A("* Workloads exactly as `bench/WORKLOADS.md` defines them, at the timed suite's sizes "
       "(" + ", ".join(f"{w} N={WORKLOADS[w]['quickN' if args.quick else 'N']:,}" for w in WORKLOADS) + "), "
       f"shuffled map-style datasets, `drop_last=False`, {args.epochs} epochs per configuration; a figure is the "
       "median epoch of a run, and with several rounds the median over rounds (min–max in the raw file).")
@@ -520,7 +520,7 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
       "(untimed) and every worker maps (one copy, shared). `gen`: every sample computed from its index. "
       "Map-style datasets implement `sample_spec()`/`get_into()`, so each sample is written once, into its "
       "row of the batch in the worker's shared-memory slab. Shuffle: `loader::Generator` seeded 0.")
-    A("* **PyTorch** 1.13 (CPU): `../shared/bench/peer_torch.py --only W --variants V --workers K --n N` "
+    A("* **PyTorch** 1.13 (CPU): `bench/peer_torch.py --only W --variants V --workers K --n N` "
       "(`tensor`: TensorDataset over materialised tensors; `python`: a Python `__getitem__` with torch ops; "
       "fork start method).")
     A("* The two sides alternate configuration by configuration (workload → workers → round), so slow drifts "

@@ -29,7 +29,7 @@ namespace {
 constexpr int64_t kImage = 3 * 224 * 224;
 
 /// Sample i: (uint8[3,224,224] with byte k = (i*31 + k) & 0xFF, int64 i % 10): the
-/// W2 image of ../shared/bench/WORKLOADS.md.
+/// W2 image of bench/WORKLOADS.md.
 class ImageDataset : public loader::Dataset {
  public:
   explicit ImageDataset(int64_t n) : n_(n) {}

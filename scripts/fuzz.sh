@@ -6,13 +6,13 @@
 #
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), FUZZ_CXX (default clang++),
 # FUZZ_SKIP_BUILD=1 (use an existing build), FUZZ_MAX_TIME (seconds, default 600),
-# LOADER_GOLDEN_DIR (default ../shared/golden).  Prints "executed N inputs"; exits
+# LOADER_GOLDEN_DIR (default tests/golden).  Prints "executed N inputs"; exits
 # non-zero when the fuzzer finds a crash (the reproducer is left in the build dir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-${FUZZ_RUNS:-200000}}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
-golden=${LOADER_GOLDEN_DIR:-$(cd .. && pwd)/shared/golden}
+golden=${LOADER_GOLDEN_DIR:-$(pwd)/tests/golden}
 if [ "${FUZZ_SKIP_BUILD:-0}" != 1 ]; then
   cmake -S fuzz/project -B "$build" -DCMAKE_CXX_COMPILER="${FUZZ_CXX:-clang++}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$build" -j"$(nproc)" >/dev/null

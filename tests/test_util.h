@@ -7,7 +7,7 @@
 
 namespace loader::testing {
 
-/// Path of a file in ../shared/golden (beside the project, as in CI).
+/// Path of a file in tests/golden (recorded from PyTorch; see tests/golden/README.md).
 inline std::string golden_path(const std::string& name) {
   return std::string(LOADER_GOLDEN_DIR) + "/" + name;
 }

@@ -1,4 +1,4 @@
-// `loader bench`: the standard workloads W1-W4 (../shared/bench/WORKLOADS.md) through
+// `loader bench`: the standard workloads W1-W4 (bench/WORKLOADS.md) through
 // loader::DataLoader, one JSON line per epoch on stdout, progress on stderr.
 //
 //   loader bench --workload W2 --workers 2                 # 3 epochs, N = 20,000

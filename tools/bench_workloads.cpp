@@ -43,7 +43,7 @@ const WorkloadInfo& workload_info(const std::string& name) {
   for (auto& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   for (const auto& w : kWorkloads)
     if (up == w.name) return w;
-  throw ValueError("unknown workload '" + name + "': expected W1, W2, W3 or W4 (see WORKLOADS.md)");
+  throw ValueError("unknown workload '" + name + "': expected W1, W2, W3 or W4 (defined in bench/WORKLOADS.md of the loader repository)");
 }
 
 int64_t label_sum(int64_t n) {

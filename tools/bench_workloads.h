@@ -1,4 +1,4 @@
-// The standard DataLoader workloads W1-W4 (../shared/bench/WORKLOADS.md) as
+// The standard DataLoader workloads W1-W4 (bench/WORKLOADS.md) as
 // registered dataset types, written the way a C++ user would write them.
 //
 //   // "gen": every sample is generated from its index.

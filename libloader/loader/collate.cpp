@@ -1,5 +1,5 @@
 // default_collate / default_convert with the rules of torch/utils/data/_utils/collate.py
-// (torch 1.13), checked against ../shared/golden/default_collate.json.
+// (torch 1.13), checked against tests/golden/default_collate.json.
 //
 // The collate path is hot (one call per batch, millions of samples a second), so it works
 // on columns of pointers into the samples instead of copying Values, reuses one column

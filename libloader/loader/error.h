@@ -1,7 +1,7 @@
 // Exceptions thrown at the public edge of loader.
 //
 // They mirror the Python exception types that torch.utils.data raises, so that a
-// message checked against PyTorch (../shared/golden/errors.json) also has the same
+// message checked against PyTorch (tests/golden/errors.json) also has the same
 // type.  Every message says what failed, where, and (when it helps) what to do.
 //
 //   try { loader::DataLoader dl(ds, opts); }

@@ -1,5 +1,5 @@
 // The benchmark workloads W1-W4 (tools/bench_workloads.*) against the spot values of
-// ../shared/bench/WORKLOADS.md, and the sample_spec()/get_into() fast path against get().
+// bench/WORKLOADS.md, and the sample_spec()/get_into() fast path against get().
 //
 // tools/ sources are linked into the `loader` executable only; this test compiles the
 // workloads' translation unit itself (no CMake change needed).  If the build ever

@@ -1,4 +1,4 @@
-// default_collate / default_convert against ../shared/golden/default_collate.json.
+// default_collate / default_convert against tests/golden/default_collate.json.
 //
 // The golden file records PyTorch's outputs; the inputs are the batches of
 // make_golden.py::collate_golden, transcribed below case by case.  Cases built from numpy

@@ -1,6 +1,6 @@
 // TensorDataset, ConcatDataset, ChainDataset, Subset and the built-in registered datasets:
 // PyTorch's own dataset tests (TORCH_TESTS.md D1-D13, D15, D16) and the golden messages
-// of ../shared/golden/errors.json (section "datasets") and iterable_dataset.json.
+// of tests/golden/errors.json (section "datasets") and iterable_dataset.json.
 #include "loader/datasets.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// random_split against PyTorch 1.13: every case in ../shared/golden/random_split.json.
+// random_split against PyTorch 1.13: every case in tests/golden/random_split.json.
 #include "loader/random_split.h"
 
 #include <gtest/gtest.h>

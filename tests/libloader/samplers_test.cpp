@@ -1,4 +1,4 @@
-// Samplers against PyTorch 1.13: every case in ../shared/golden/{random_sampler,
+// Samplers against PyTorch 1.13: every case in tests/golden/{random_sampler,
 // subset_random_sampler, weighted_random_sampler, distributed_sampler, batch_sampler}.json.
 #include "loader/samplers.h"
 
