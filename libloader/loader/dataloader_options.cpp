@@ -1,5 +1,8 @@
 #include "loader/dataloader_options.h"
 
+#include <limits>
+#include <string>
+
 #include "loader/error.h"
 
 namespace loader {
@@ -8,10 +11,18 @@ void validate_options(const DataLoaderOptions& o, bool iterable) {
   if (o.num_workers < 0)
     throw ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.");
   if (o.timeout < 0) throw ValueError("timeout option should be non-negative");
+  if (!(o.timeout == o.timeout) || o.timeout == std::numeric_limits<double>::infinity())
+    throw ValueError("timeout option should be a finite number of seconds (0 waits forever), but got " +
+                     std::to_string(o.timeout));
   if (o.num_workers == 0 && o.prefetch_factor.has_value())
     throw ValueError("prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 to enable multiprocessing.");
   if (o.prefetch_factor.has_value() && *o.prefetch_factor < 0)
     throw ValueError("prefetch_factor option should be non-negative");
+  if (o.prefetch_factor.has_value() && *o.prefetch_factor == 0)
+    throw ValueError("prefetch_factor=0 would never send a task to a worker (at most prefetch_factor * num_workers "
+                     "tasks are in flight): use prefetch_factor >= 1");
+  if (!o.worker_executable.empty() && o.num_workers == 0)
+    throw ValueError("worker_executable can only be used with multi-process loading (num_workers > 0), but got num_workers=0");
   if (o.persistent_workers && o.num_workers == 0)
     throw ValueError("persistent_workers option needs num_workers > 0");
   if (!o.multiprocessing_context.empty()) {

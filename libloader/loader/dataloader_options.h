@@ -66,7 +66,8 @@ struct DataLoaderOptions {
   bool drop_last = false;
 
   /// Seconds to wait for a batch from the workers before raising; 0 waits forever
-  /// (while the workers are alive).  Default 0.
+  /// (while the workers are alive).  Must be finite and non-negative; values beyond
+  /// 1e9 seconds (30 years) wait forever too.  Default 0.
   double timeout = 0;
 
   /// Called in each worker after seeding, before any data: fn(worker_id).  As with
@@ -80,8 +81,10 @@ struct DataLoaderOptions {
   std::shared_ptr<Generator> generator;
 
   /// Batches loaded in advance per worker (prefetch_factor * num_workers tasks in
-  /// flight).  Only valid with num_workers > 0 (PyTorch 2.x rule); default 2 then.
-  /// More prefetch hides latency spikes and costs one slab of shared memory each.
+  /// flight).  Only valid with num_workers > 0 (PyTorch 2.x rule); default 2 then;
+  /// at least 1 (0 would never load a batch).  More prefetch hides latency spikes
+  /// and costs one slab of shared memory each (never more slabs than tasks a
+  /// worker gets in an epoch).
   std::optional<int> prefetch_factor;
 
   /// Keep worker processes (and their shared-memory slabs) alive between epochs.
@@ -101,8 +104,16 @@ struct DataLoaderOptions {
   /// exactly once, in order.  0 (default) raises an error naming the worker.
   int max_worker_restarts = 0;
 
-  /// Child processes (default) or in-process worker actors.
+  /// Child processes (default) or threads of this process running the same worker
+  /// loop (debugging, tests; datasets must then be thread-safe).
   WorkerMode worker_mode = WorkerMode::Process;
+
+  /// The program worker processes run.  Empty (default): this very program
+  /// (/proc/self/exe), whose main() calls run_worker_if_requested first.  Set it when
+  /// the host is not your program (a Python interpreter, a plugin host): a small
+  /// binary that registers the datasets and calls run_worker_if_requested
+  /// (loader/runtime/worker_main.h).  It must be built against the same loader.
+  std::string worker_executable;
 
   /// Upper bound for the shared-memory pool of all workers, in bytes; 0 means
   /// "what /dev/shm has free".  Default 0.

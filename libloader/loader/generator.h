@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 namespace loader {
@@ -29,6 +31,18 @@ class Generator {
     engine_.seed(static_cast<uint32_t>(seed & 0xffffffffULL));
   }
   uint64_t initial_seed() const noexcept { return initial_seed_; }
+
+  /// The whole state (engine + initial seed) as bytes, and back: a restarted worker
+  /// resumes the stream exactly where its first unfinished task began.
+  static constexpr size_t kStateBytes = sizeof(std::mt19937) + sizeof(uint64_t);
+  void save_state(unsigned char* out) const noexcept {
+    std::memcpy(out, &engine_, sizeof(std::mt19937));
+    std::memcpy(out + sizeof(std::mt19937), &initial_seed_, sizeof(uint64_t));
+  }
+  void load_state(const unsigned char* in) noexcept {
+    std::memcpy(&engine_, in, sizeof(std::mt19937));
+    std::memcpy(&initial_seed_, in + sizeof(std::mt19937), sizeof(uint64_t));
+  }
 
   uint32_t random() { return static_cast<uint32_t>(engine_()); }
   uint64_t random64() {
@@ -51,6 +65,7 @@ class Generator {
   }
 
  private:
+  static_assert(std::is_trivially_copyable<std::mt19937>::value, "save_state copies the engine's bytes");
   std::mt19937 engine_;
   uint64_t initial_seed_ = kDefaultSeed;
 };

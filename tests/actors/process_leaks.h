@@ -19,15 +19,44 @@
 
 namespace loader::testing {
 
-/// Segments in shm_dir() whose names start with this process's prefix.
-inline std::set<std::string> shm_segments_of_this_process() {
+/// Entries of shm_dir() that look like this project's (slabs never have a name:
+/// any such entry is a leak; other programs' entries are not looked at).
+inline std::set<std::string> shm_dir_entries() {
   std::set<std::string> out;
-  const std::string prefix = runtime::shm_name_prefix();
   if (DIR* d = opendir(runtime::shm_dir().c_str())) {
-    while (dirent* e = readdir(d))
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.insert(e->d_name);
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n.find("loader") != std::string::npos) out.insert(n);
+    }
     closedir(d);
   }
+  return out;
+}
+
+/// Slab files this process still maps or holds open ("map <path>" / "fd <n> <path>"),
+/// plus the names in shm_dir() that look like this project's.  Empty when every
+/// loader (and every batch) is gone.
+inline std::set<std::string> shm_segments_of_this_process() {
+  std::set<std::string> out;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string path = line.substr(slash);
+    if (runtime::is_slab_path(path)) out.insert("map " + path);
+  }
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char target[512];
+      std::string link = std::string("/proc/self/fd/") + e->d_name;
+      ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = 0;
+      if (runtime::is_slab_path(target)) out.insert(std::string("fd ") + e->d_name + " " + target);
+    }
+    closedir(d);
+  }
+  for (const auto& n : shm_dir_entries()) out.insert("name " + n);
   return out;
 }
 

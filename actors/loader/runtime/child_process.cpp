@@ -49,7 +49,12 @@ static ExitStatus from_wait(int st) {
   return s;
 }
 
-ChildProcess ChildProcess::spawn_worker(int worker_id) {
+ChildProcess ChildProcess::spawn_worker(int worker_id, const std::string& executable) {
+  const std::string exe = executable.empty() ? std::string("/proc/self/exe") : executable;
+  if (!executable.empty() && access(exe.c_str(), X_OK) != 0)
+    throw RuntimeError("DataLoaderOptions::worker_executable '" + exe + "' is not an executable file (" +
+                       std::strerror(errno) + "); it must be a program whose main() calls "
+                       "loader::runtime::run_worker_if_requested first");
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     throw RuntimeError(std::string("cannot create a socket for worker ") + std::to_string(worker_id) + ": " +
@@ -89,7 +94,7 @@ ChildProcess ChildProcess::spawn_worker(int worker_id) {
   char* argv[] = {arg0.data(), nullptr};
 
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, "/proc/self/exe", &fa, &attr, argv, envp.data());
+  int rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   close(child_end);
@@ -142,6 +147,18 @@ std::optional<ExitStatus> ChildProcess::wait_exit(int timeout_ms) {
     if (pause < std::chrono::milliseconds(5)) pause *= 2;
   }
   return status_;
+}
+
+std::optional<ExitStatus> ChildProcess::exited_unreaped() const {
+  // Reads no member the reaper writes: only waitid, which fails once reaped.
+  if (pid_ <= 0) return std::nullopt;
+  siginfo_t info{};
+  if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return std::nullopt;
+  if (info.si_pid != pid_) return std::nullopt;
+  ExitStatus s;
+  s.signaled = info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED;
+  s.code = info.si_status;
+  return s;
 }
 
 void ChildProcess::kill(int sig) {

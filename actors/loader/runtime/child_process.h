@@ -23,9 +23,9 @@ struct ExitStatus {
 class ChildProcess {
  public:
   ChildProcess() = default;
-  /// Starts /proc/self/exe as a worker with a Unix stream socket at its fd 3.
-  /// Throws loader::RuntimeError on failure.
-  static ChildProcess spawn_worker(int worker_id);
+  /// Starts `executable` (empty: /proc/self/exe, this very program) as a worker with
+  /// a Unix stream socket at its fd 3.  Throws loader::RuntimeError on failure.
+  static ChildProcess spawn_worker(int worker_id, const std::string& executable = "");
   ~ChildProcess();
   ChildProcess(ChildProcess&& o) noexcept;
   ChildProcess& operator=(ChildProcess&& o) noexcept;
@@ -39,6 +39,9 @@ class ChildProcess {
   std::optional<ExitStatus> poll_exit();
   /// Waits up to `timeout_ms` for the child to exit.
   std::optional<ExitStatus> wait_exit(int timeout_ms);
+  /// True when the child has exited (without reaping it: waitid WNOWAIT), so that
+  /// a thread other than the reaper may look.
+  std::optional<ExitStatus> exited_unreaped() const;
   /// Sends `sig` (no effect once reaped).
   void kill(int sig);
   /// Closes the socket, asks the child to exit (SIGTERM), waits `grace_ms`, then

@@ -16,6 +16,7 @@ namespace loader {
 
 namespace runtime {
 class WorkerPool;
+class SlabStore;
 }
 
 /// One pass over the data.
@@ -40,8 +41,13 @@ class LoaderState {
   std::shared_ptr<BatchSamplerBase> batch_sampler;  // when auto-collation
   bool auto_collation = true;
   std::optional<int64_t> iterable_len_called;  // len(dataset) once len(loader) was asked
-  /// The worker processes kept between epochs (persistent_workers) or of the live epoch.
+  /// The worker processes kept between epochs (persistent_workers).
   std::shared_ptr<runtime::WorkerPool> persistent_pool;
+  /// The shared-memory slabs of every worker index, made once and kept for the
+  /// loader's life (pools of non-persistent epochs reuse them).
+  std::shared_ptr<runtime::SlabStore> slab_store;
+  /// The excessive-workers warning was given (once per loader).
+  bool warned_worker_count = false;
   /// The live epoch on the persistent workers: a new iter() ends it first, as
   /// PyTorch resets its single persistent iterator.
   EpochBackend* live_persistent_epoch = nullptr;

@@ -1,8 +1,11 @@
-// WorkerPool: the worker processes (or in-process worker actors) of one
-// DataLoader, their slab pools, and the actor system they run in.  Made per epoch,
-// or once for persistent_workers.  Destroying it ends every worker (socket closed,
-// SIGTERM, then SIGKILL after a grace period), reaps every process, and returns the
-// slabs: segments are unmapped once no batch the application still holds uses them.
+// WorkerPool: the worker processes (or in-process worker threads) of one
+// DataLoader, the pipeline their batches flow through, and the supervisor actor
+// that restarts and watches them.  Made per epoch, or once for persistent_workers.
+//
+// Owns, and tears down in this order: the supervisor actor (so nothing restarts a
+// worker during teardown), then the pipeline's links (every socket told first, then
+// each reader joined and each process reaped).  The slabs are the loader's
+// (LoaderState::slab_store) and outlive the pool.
 #pragma once
 
 #include <cstdint>
@@ -14,11 +17,12 @@
 namespace loader::runtime {
 
 class WorkerPool;
+class Pipeline;
 
 /// Builds a pool for `state`'s dataset and options, workers seeded base_seed + id.
-std::shared_ptr<WorkerPool> make_worker_pool(const LoaderState& state, uint64_t base_seed);
+std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_seed);
 
-/// Pids of the pool's worker processes (empty for in-process workers); for tests.
+/// Pids of the pool's worker processes (-1 for in-process workers); for tests.
 std::vector<int> worker_pids(WorkerPool& pool);
 
 }  // namespace loader::runtime

@@ -65,6 +65,12 @@ class ReorderBuffer {
     return std::nullopt;
   }
 
+  /// True when pop() may have something to release (a hint for waking the consumer).
+  bool ready() const {
+    if (!in_order_) return !ready_.empty();
+    return !pending_.empty() && pending_.begin()->first == next_;
+  }
+
   /// True when every task below `total_tasks` has been released or skipped.
   bool done(uint64_t first_task, uint64_t total_tasks) const {
     if (in_order_) return next_ >= first_task + total_tasks;

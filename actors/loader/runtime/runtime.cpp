@@ -1,118 +1,175 @@
-// The worker pool and the multi-process epoch the DataLoader iterates: they spawn
-// and wire the actors of actors.cpp.
+// The worker pool and the multi-process epoch the DataLoader iterates.
 #include <caf/all.hpp>
 
+#include <sched.h>
+
 #include <chrono>
+#include <cmath>
 #include <sstream>
 
 #include "loader/error.h"
-#include "loader/runtime/actors.h"
 #include "loader/runtime/batch_codec.h"
 #include "loader/runtime/epoch.h"
+#include "loader/runtime/pipeline.h"
 #include "loader/runtime/pool.h"
 #include "loader/runtime/protocol.h"
+#include "loader/runtime/slab_store.h"
+#include "loader/runtime/supervisor_actor.h"
+#include "loader/runtime/worker_main_loop.h"
+#include "loader/warnings.h"
 
 namespace loader::runtime {
+
+namespace {
+
+/// Bytes a default-collated batch of `batch_size` samples like `spec` takes in a
+/// slab (every tensor 64-byte aligned, as SlabAllocator places them).
+uint64_t batch_bytes_of(const Value& spec, int64_t batch_size) {
+  uint64_t total = 0;
+  spec.for_each_tensor([&](const Tensor& t) {
+    uint64_t b = static_cast<uint64_t>(t.numel()) * t.element_size() * static_cast<uint64_t>(batch_size);
+    total += (b + 63) / 64 * 64;
+  });
+  return total;
+}
+
+/// PyTorch's _check_worker_number_rationality, once per loader.
+void check_worker_number(LoaderState& state) {
+  if (state.warned_worker_count) return;
+  state.warned_worker_count = true;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+  const int cpus = CPU_COUNT(&set);
+  const int workers = state.options.num_workers;
+  if (workers <= cpus) return;
+  warn("This DataLoader will create " + std::to_string(workers) +
+       " worker processes in total. Our suggested max number of worker in current system is " + std::to_string(cpus) +
+       ", which is smaller than what this DataLoader is going to create. Please be aware that excessive worker "
+       "creation might get DataLoader running slow or even freeze, lower the worker number to avoid potential "
+       "slowness/freeze if necessary.");
+}
+
+}  // namespace
 
 // ------------------------------------------------------------------ worker pool
 class WorkerPool {
  public:
-  WorkerPool(const LoaderState& state, uint64_t base_seed) : system_(acquire_system()) {
-    static std::once_flag swept;
-    std::call_once(swept, [] { sweep_dead_segments(); });
+  WorkerPool(LoaderState& state, uint64_t base_seed) : system_(acquire_system()) {
+    if (started_as_worker_without_worker_main())
+      throw RuntimeError(
+          "this process was started as a DataLoader worker, but its main() did not call "
+          "loader::runtime::run_worker_if_requested(argc, argv) before starting a DataLoader with workers. "
+          "Call it first thing in main() (see loader/runtime/worker_main.h), or set "
+          "DataLoaderOptions::worker_executable to a program that does; no worker was started.");
     const auto& o = state.options;
-    directory_ = std::make_shared<SlabDirectory>();
-    prefetch_factor_ = o.effective_prefetch_factor();
-    in_order_ = o.in_order;
-    SlabPolicy policy;
-    policy.num_workers = o.num_workers;
-    policy.slabs_per_worker = std::max(1, prefetch_factor_) + 2;
-    policy.shm_limit_bytes = o.shm_limit_bytes;
-    if (o.pin_memory) pin_ = spawn_pin_memory(*system_, directory_, state.pin_tracker);
+    check_worker_number(state);
     const DatasetBase* ds = state.dataset ? static_cast<const DatasetBase*>(state.dataset.get())
                                           : static_cast<const DatasetBase*>(state.iterable.get());
+    PipelineConfig cfg;
+    cfg.prefetch_factor = o.effective_prefetch_factor();
+    cfg.in_order = o.in_order;
+    cfg.max_restarts = o.max_worker_restarts;
+    cfg.in_process = o.worker_mode == WorkerMode::InProcess;
+    cfg.executable = o.worker_executable;
     for (int w = 0; w < o.num_workers; ++w) {
-      WorkerSetup setup;
-      setup.config.worker_id = w;
-      setup.config.num_workers = o.num_workers;
-      setup.config.seed = base_seed + static_cast<uint64_t>(w);
-      setup.config.dataset = *ds->handle();
-      setup.config.iterable = static_cast<bool>(state.iterable);
-      setup.config.auto_collation = state.auto_collation;
-      setup.config.batch_size = o.batch_size.value_or(1);
-      setup.config.drop_last = o.drop_last;
-      setup.config.collate_fn_name = o.collate_fn_name;
-      setup.config.worker_init_fn_name = o.worker_init_fn_name;
-      setup.policy = policy;
-      setup.directory = directory_;
-      setup.max_restarts = o.max_worker_restarts;
-      setup.in_process = o.worker_mode == WorkerMode::InProcess;
-      setup.pin = pin_;
-      setup.stopper = std::make_shared<ProcessStopper>();
-      stoppers_.push_back(setup.stopper);
-      impls_.push_back(spawn_worker(*system_, setup));
-      workers_.push_back(impls_.back());
+      WorkerConfig c;
+      c.worker_id = w;
+      c.num_workers = o.num_workers;
+      c.seed = base_seed + static_cast<uint64_t>(w);
+      c.dataset = *ds->handle();
+      c.iterable = static_cast<bool>(state.iterable);
+      c.auto_collation = state.auto_collation;
+      c.batch_size = o.batch_size.value_or(1);
+      c.drop_last = o.drop_last;
+      c.collate_fn_name = o.collate_fn_name;
+      c.worker_init_fn_name = o.worker_init_fn_name;
+      cfg.workers.push_back(std::move(c));
     }
-    sink_ = std::make_shared<ReleaseSink>(system_, workers_);
+    // Slabs sized before the first task when the dataset describes its samples.
+    if (state.dataset && state.auto_collation && o.collate_fn_name.empty() && o.batch_size) {
+      if (auto spec = state.dataset->sample_spec()) cfg.batch_bytes = batch_bytes_of(*spec, *o.batch_size);
+    }
+    if (!state.slab_store) {
+      SlabPolicy policy;
+      policy.num_workers = o.num_workers;
+      // One slab per task in flight (at most prefetch_factor, at most the tasks a
+      // worker gets in an epoch), one being filled, one held by the application.
+      uint64_t per_worker = static_cast<uint64_t>(std::max(1, cfg.prefetch_factor));
+      if (state.batch_sampler) {
+        if (auto n = state.batch_sampler->size())
+          per_worker = std::min<uint64_t>(per_worker, static_cast<uint64_t>(*n / o.num_workers + 1));
+      }
+      policy.slabs_per_worker = static_cast<int>(std::min<uint64_t>(per_worker, 1u << 20)) + 2;
+      policy.shm_limit_bytes = o.shm_limit_bytes;
+      state.slab_store = std::make_shared<SlabStore>(o.num_workers, policy, o.pin_memory, state.pin_tracker);
+    }
+    auto supervisor = std::make_shared<SupervisorRef>();
+    PipelineHooks hooks;
+    hooks.restart_later = [supervisor](int w, uint32_t gen) {
+      caf::anon_send(supervisor->get(), down_atom::value, static_cast<int32_t>(w), gen);
+    };
+    hooks.flush_later = [supervisor](int w) {
+      caf::anon_send(supervisor->get(), flush_atom::value, static_cast<int32_t>(w));
+    };
+    pipeline_ = std::make_shared<Pipeline>(std::move(cfg), state.slab_store, std::move(hooks));
+    // The supervisor exists before any worker can report anything.
+    supervisor_ = spawn_supervisor(*system_, pipeline_, std::chrono::milliseconds(250));
+    supervisor->set(supervisor_);
+    pipeline_->start_workers();
   }
 
   ~WorkerPool() {
-    sink_->disarm();
-    caf::scoped_actor self{*system_};
-    for (auto& w : workers_) self->send_exit(w, caf::exit_reason::user_shutdown);
-    for (auto& w : workers_) self->wait_for(w);
-    // Every process is reaped before the pool is gone (the actors' own exit hooks
-    // may not have run yet when wait_for returns).
-    for (auto& st : stoppers_) st->run();
-    if (pin_) {
-      self->send_exit(pin_, caf::exit_reason::user_shutdown);
-      self->wait_for(pin_);
+    {
+      caf::scoped_actor self{*system_};
+      self->send_exit(supervisor_, caf::exit_reason::user_shutdown);
+      self->wait_for(supervisor_);
     }
+    pipeline_->shutdown();
   }
 
-  caf::actor_system& system() { return *system_; }
-  const std::vector<worker_actor>& workers() const { return workers_; }
-  const std::shared_ptr<SlabDirectory>& directory() const { return directory_; }
-  const std::shared_ptr<ReleaseSink>& sink() const { return sink_; }
-  int prefetch_factor() const { return prefetch_factor_; }
-  bool in_order() const { return in_order_; }
-  uint64_t next_epoch() { return ++epochs_; }
-  uint64_t& next_task() { return next_task_; }
-  /// Pids of the worker processes (-1 for in-process workers or ones not running).
-  std::vector<int> pids() {
-    std::vector<int> out;
-    caf::scoped_actor self{*system_};
-    for (auto& w : workers_) {
-      int pid = -1;
-      self->request(w, std::chrono::seconds(5), status_atom::value)
-          .receive([&](int32_t p) { pid = p; }, [](caf::error&) {});
-      out.push_back(pid);
-    }
-    return out;
-  }
+  Pipeline& pipeline() { return *pipeline_; }
+  const std::shared_ptr<Pipeline>& pipeline_ptr() const { return pipeline_; }
+  uint64_t epochs = 0;
+  uint64_t next_task = 0;
 
  private:
-  std::shared_ptr<caf::actor_system> system_;
-  std::shared_ptr<SlabDirectory> directory_;
-  std::vector<worker_actor> workers_;
-  std::vector<worker_impl_actor> impls_;
-  std::vector<std::shared_ptr<ProcessStopper>> stoppers_;
-  caf::actor pin_;
-  std::shared_ptr<ReleaseSink> sink_;
-  int prefetch_factor_ = 2;
-  bool in_order_ = true;
-  uint64_t epochs_ = 0;
-  uint64_t next_task_ = 0;
+  /// The supervisor handle, for hooks made before it was spawned.
+  class SupervisorRef {
+   public:
+    void set(supervisor_actor a) {
+      std::lock_guard<std::mutex> lock(mu_);
+      actor_ = std::move(a);
+    }
+    supervisor_actor get() const {
+      std::lock_guard<std::mutex> lock(mu_);
+      return actor_;
+    }
+
+   private:
+    mutable std::mutex mu_;
+    supervisor_actor actor_;
+  };
+
+  std::shared_ptr<caf::actor_system> system_;  // destroyed last
+  std::shared_ptr<Pipeline> pipeline_;
+  supervisor_actor supervisor_;
 };
 
-std::shared_ptr<WorkerPool> make_worker_pool(const LoaderState& state, uint64_t base_seed) {
+std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_seed) {
   return std::make_shared<WorkerPool>(state, base_seed);
 }
 
-std::vector<int> worker_pids(WorkerPool& pool) { return pool.pids(); }
+std::vector<int> worker_pids(WorkerPool& pool) { return pool.pipeline().pids(); }
 
 // ------------------------------------------------------------------ the epoch
 namespace {
+
+std::string format_seconds(double s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
 
 class MultiProcessEpoch final : public EpochBackend {
  public:
@@ -125,19 +182,11 @@ class MultiProcessEpoch final : public EpochBackend {
       pool_ = make_worker_pool(s, base_seed);
       if (s.options.persistent_workers) s.persistent_pool = pool_;
     }
-    auto& sys = pool_->system();
-    self_.emplace(sys);
-    uint64_t first = pool_->next_task();
-    first_task_ = first;
-    reorder_ = spawn_reorder(sys, pool_->in_order(), first);
-    auto setup = std::make_shared<SamplerSetup>();
-    if (s.dataset) setup->source.emplace(s.batch_sampler, s.sampler);
-    setup->workers = pool_->workers();
-    setup->reorder = reorder_;
-    setup->epoch = pool_->next_epoch();
-    setup->first_task = first;
-    setup->prefetch_factor = pool_->prefetch_factor();
-    sampler_ = spawn_sampler(sys, setup);
+    std::optional<TaskSource> source;
+    if (s.dataset) source.emplace(s.batch_sampler, s.sampler);
+    first_task_ = pool_->next_task;
+    pool_->pipeline().begin_epoch(std::move(source), first_task_, pool_->epochs > 0);
+    ++pool_->epochs;
     timeout_ = s.options.timeout;
     if (s.options.persistent_workers) s.live_persistent_epoch = this;
   }
@@ -146,102 +195,73 @@ class MultiProcessEpoch final : public EpochBackend {
 
   void end() override { finish(); }
 
-  std::vector<int> worker_pids() override { return pool_ ? pool_->pids() : std::vector<int>{}; }
+  std::vector<int> worker_pids() override { return pool_ ? pool_->pipeline().pids() : std::vector<int>{}; }
 
   std::optional<Value> next() override {
     if (finished_) return std::nullopt;
-    batch_msg m;
-    bool got = false;
-    std::optional<std::string> failure;
-    auto wait = timeout_ > 0 ? caf::duration(std::chrono::microseconds(static_cast<int64_t>(timeout_ * 1e6)))
-                             : caf::duration(caf::infinite);
-    (*self_)->request(reorder_, wait, next_atom::value)
-        .receive([&](batch_msg& r) { m = std::move(r); got = true; },
-                 [&](caf::error& e) {
-                   if (e == caf::sec::request_timeout) {
-                     std::string who = waiting_on();
-                     failure = "DataLoader timed out after " + format_seconds(timeout_) + " seconds" + who;
-                   } else {
-                     failure = "DataLoader runtime error: " + (*self_)->system().render(e);
-                   }
-                 });
-    if (!got) {
-      finish();
-      throw RuntimeError(*failure);
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    if (timeout_ > 0 && timeout_ < 1e9)  // longer than 30 years: no deadline
+      deadline = std::chrono::steady_clock::now() +
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_));
+    Delivery d = pool_->pipeline().next(deadline);
+    switch (d.kind) {
+      case Delivery::Kind::End: finish(); return std::nullopt;
+      case Delivery::Kind::Fatal: finish(); throw_error(d.error_type, d.error_message);
+      case Delivery::Kind::Timeout: {
+        std::string msg = "DataLoader timed out after " + format_seconds(timeout_) + " seconds" + waiting_on();
+        finish();
+        throw RuntimeError(msg);
+      }
+      case Delivery::Kind::Error: throw_error(d.error_type, d.error_message);
+      case Delivery::Kind::Batch: break;
     }
-    switch (m.status) {
-      case batch_msg::End: finish(); return std::nullopt;
-      case batch_msg::Fatal: finish(); throw_error(m.error_type.empty() ? "RuntimeError" : m.error_type, m.error_message);
-      case batch_msg::Error:
-        (*self_)->send(sampler_, credit_atom::value, m.task);
-        throw_error(m.error_type, m.error_message);
-      default: break;
-    }
-    Value batch = decode(m);
-    (*self_)->send(sampler_, credit_atom::value, m.task);
-    return batch;
+    return decode(d);
   }
 
  private:
-  static std::string format_seconds(double s) {
-    std::ostringstream os;
-    os << s;
-    return os.str();
-  }
-
-  /// " waiting for batch 3 (task 3) from DataLoader worker 1 (pid 1234)", for timeouts.
+  /// " waiting for batch 3 of the epoch from DataLoader worker 1 (pid 1234)".
   std::string waiting_on() {
-    uint64_t task = 0;
-    int32_t worker = -1;
-    bool ok = false;
-    (*self_)->request(reorder_, std::chrono::seconds(2), status_atom::value)
-        .receive([&](uint64_t t) { task = t; ok = true; }, [](caf::error&) {});
-    if (!ok) return "";
-    (*self_)->request(sampler_, std::chrono::seconds(2), status_atom::value, task)
-        .receive([&](int32_t w) { worker = w; }, [](caf::error&) {});
-    std::string out = " waiting for batch " + std::to_string(task - first_task_) + " of the epoch";
+    auto [batch, worker] = pool_->pipeline().awaited();
+    std::string out = " waiting for batch " + std::to_string(batch) + " of the epoch";
     if (worker < 0) return out;
     out += " from DataLoader worker " + std::to_string(worker);
-    auto pids = pool_->pids();
+    auto pids = pool_->pipeline().pids();
     if (static_cast<size_t>(worker) < pids.size() && pids[static_cast<size_t>(worker)] > 0)
       out += " (pid " + std::to_string(pids[static_cast<size_t>(worker)]) + ")";
     return out;
   }
 
-  Value decode(const batch_msg& m) {
-    auto seg = pool_->directory()->find(m.slab);
-    if (!seg) {
-      if (m.slab != 0) throw RuntimeError("internal: batch in unknown slab " + std::to_string(m.slab));
-      return decode_value(m.payload);
-    }
-    auto sink = pool_->sink();
-    int worker = m.worker;
-    uint64_t slab = m.slab;
-    auto lease = std::make_shared<BatchLease>(seg, [sink, worker, slab] { sink->release(worker, slab); },
-                                              pool_->directory()->pinned(slab));
-    return decode_batch(m.payload, m.slab, lease);
+  Value decode(const Delivery& d) {
+    if (d.slab == 0) return decode_value(d.payload);  // no tensor: the batch travelled inline
+    auto store = pool_->pipeline().slabs();
+    auto seg = store->segment(d.slab);
+    if (!seg) throw RuntimeError("internal: batch in unknown slab " + std::to_string(d.slab));
+    std::weak_ptr<Pipeline> pipe = pool_->pipeline_ptr();
+    int worker = d.worker;
+    uint64_t slab = d.slab;
+    // Dropping the batch gives its slab back (to the pool if it is still there, so
+    // a task waiting for a slab goes out; to the loader's store otherwise).
+    auto lease = std::make_shared<BatchLease>(
+        seg,
+        [pipe, store, worker, slab] {
+          if (auto p = pipe.lock()) p->release_slab(worker, slab);
+          else store->release(worker, slab);
+        },
+        store->pinned(slab));
+    return decode_batch(d.payload, d.slab, lease);
   }
 
   void finish() {
     if (finished_) return;
     finished_ = true;
     if (state_->live_persistent_epoch == this) state_->live_persistent_epoch = nullptr;
-    if (sampler_) {
-      // Stopped synchronously: no sampler draw may happen after the epoch ends.
-      (*self_)->request(sampler_, std::chrono::seconds(10), stop_atom::value)
-          .receive([&](uint64_t next_task) { pool_->next_task() = next_task; }, [](caf::error&) {});
-      (*self_)->send_exit(sampler_, caf::exit_reason::user_shutdown);
-    }
-    if (reorder_) (*self_)->send_exit(reorder_, caf::exit_reason::user_shutdown);
-    self_.reset();
+    // Stopped synchronously: no sampler draw happens after the epoch ends.
+    pool_->next_task = pool_->pipeline().end_epoch();
     if (!state_->options.persistent_workers) pool_.reset();
   }
 
   std::shared_ptr<LoaderState> state_;
   std::shared_ptr<WorkerPool> pool_;
-  std::optional<caf::scoped_actor> self_;
-  caf::actor reorder_;
-  caf::actor sampler_;
   double timeout_ = 0;
   uint64_t first_task_ = 0;
   bool finished_ = false;

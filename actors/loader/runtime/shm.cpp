@@ -1,15 +1,13 @@
 #include "loader/runtime/shm.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <boost/interprocess/file_mapping.hpp>
 #include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -29,81 +27,87 @@ uint64_t shm_free_bytes() {
   return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
 }
 
-std::string shm_name_prefix() { return "loader_" + std::to_string(getpid()) + "_"; }
-
-int sweep_dead_segments() {
-  int removed = 0;
-  DIR* dir = opendir(shm_dir().c_str());
-  if (!dir) return 0;
-  while (dirent* e = readdir(dir)) {
-    std::string name = e->d_name;
-    if (name.rfind("loader_", 0) != 0) continue;
-    char* end = nullptr;
-    long pid = std::strtol(name.c_str() + 7, &end, 10);
-    if (pid <= 0 || !end || *end != '_') continue;
-    if (kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH) {
-      if (bip::shared_memory_object::remove(name.c_str())) ++removed;
-    }
-  }
-  closedir(dir);
-  return removed;
+bool is_slab_path(const std::string& path) {
+  if (path.rfind("/memfd:loader-slab", 0) == 0) return true;
+  const std::string dir = shm_dir() + "/#";
+  return path.rfind(dir, 0) == 0;
 }
 
-struct ShmSegment::Impl {
-  bip::shared_memory_object shm;
-  bip::mapped_region region;
-};
+namespace {
 
-static std::string human(uint64_t bytes) {
+std::string human(uint64_t bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
   return std::to_string(bytes) + " bytes (" + buf + ")";
 }
 
+/// A descriptor that is closed unless released: the segment owns it from then on.
+struct FdGuard {
+  int fd = -1;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+  int release() {
+    int f = fd;
+    fd = -1;
+    return f;
+  }
+};
+
+/// A name-less file in the shared-memory mount (its pages count against that
+/// mount, so the statvfs budget check keeps its meaning), else a memfd.
+int open_nameless() {
+  int fd = ::open(shm_dir().c_str(), O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  const int tmpfile_err = errno;
+  fd = memfd_create("loader-slab", MFD_CLOEXEC);
+  if (fd >= 0) return fd;
+  throw ShmError("cannot create a shared-memory slab: open(" + shm_dir() + ", O_TMPFILE) failed (" +
+                 std::strerror(tmpfile_err) + ") and memfd_create failed (" + std::strerror(errno) +
+                 "); check that " + shm_dir() + " is a writable tmpfs (or set LOADER_SHM_DIR)");
+}
+
+}  // namespace
+
+struct ShmSegment::Impl {
+  bip::file_mapping file;
+  bip::mapped_region region;
+};
+
 std::shared_ptr<ShmSegment> ShmSegment::create(size_t size) {
-  static std::atomic<uint64_t> counter{0};
   if (size == 0) size = 1;
-  std::string name = shm_name_prefix() + std::to_string(counter.fetch_add(1));
+  FdGuard fd{open_nameless()};
+  if (::ftruncate(fd.fd, static_cast<off_t>(size)) != 0)
+    throw ShmError("cannot size a shared-memory slab to " + human(size) + ": " + std::strerror(errno));
+  int rc = posix_fallocate(fd.fd, 0, static_cast<off_t>(size));
+  if (rc != 0) {
+    throw ShmError("shared memory is full: a batch slab needs " + human(size) + " but " + shm_dir() + " has " +
+                   human(shm_free_bytes()) + " free (posix_fallocate: " + std::strerror(rc) + "). Enlarge " +
+                   shm_dir() + " (e.g. docker run --shm-size=2g), or lower batch_size, prefetch_factor or num_workers.");
+  }
   std::shared_ptr<ShmSegment> seg(new ShmSegment());
   auto impl = std::make_unique<Impl>();
   try {
-    impl->shm = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write);
+    // Boost.Interprocess maps the name-less file through its /proc/self/fd entry.
+    const std::string path = "/proc/self/fd/" + std::to_string(fd.fd);
+    impl->file = bip::file_mapping(path.c_str(), bip::read_write);
+    impl->region = bip::mapped_region(impl->file, bip::read_write, 0, size);
   } catch (const bip::interprocess_exception& e) {
-    throw ShmError("cannot create shared-memory segment " + name + " in " + shm_dir() + ": " + e.what());
+    throw ShmError("cannot map a shared-memory slab of " + human(size) + ": " + e.what());
   }
-  // From here on the name must go, whatever happens.
-  struct Unlink {
-    std::string n;
-    ~Unlink() { bip::shared_memory_object::remove(n.c_str()); }
-  } unlink{name};
-  int fd = impl->shm.get_mapping_handle().handle;
-  fcntl(fd, F_SETFD, FD_CLOEXEC);  // Boost opens without O_CLOEXEC
-  try {
-    impl->shm.truncate(static_cast<bip::offset_t>(size));
-  } catch (const bip::interprocess_exception& e) {
-    throw ShmError("cannot size shared-memory segment " + name + " to " + human(size) + ": " + e.what());
-  }
-  int rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
-  if (rc != 0) {
-    throw ShmError("shared memory is full: a batch slab needs " + human(size) + " but " + shm_dir() +
-                   " has " + human(shm_free_bytes()) +
-                   " free (posix_fallocate: " + std::strerror(rc) +
-                   "). Enlarge " + shm_dir() + " (e.g. docker run --shm-size=2g), or lower batch_size, "
-                   "prefetch_factor or num_workers.");
-  }
-  try {
-    impl->region = bip::mapped_region(impl->shm, bip::read_write);
-  } catch (const bip::interprocess_exception& e) {
-    throw ShmError("cannot map shared-memory segment " + name + ": " + e.what());
-  }
+  // The mapping holds the pages; the file_mapping's own descriptor is not needed.
+  impl->file = bip::file_mapping();
   seg->data_ = impl->region.get_address();
   seg->size_ = size;
-  seg->fd_ = fd;
+  seg->fd_ = fd.release();
   seg->impl_ = std::move(impl);
   return seg;
 }
 
-ShmSegment::~ShmSegment() = default;  // Boost unmaps and closes the descriptor
+ShmSegment::~ShmSegment() {
+  impl_.reset();  // unmaps
+  if (fd_ >= 0) ::close(fd_);
+}
 
 ShmMapping::ShmMapping(int fd, size_t size) : size_(size) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -1,13 +1,15 @@
 // Shared-memory segments for batch slabs.
 //
-// The parent creates each segment with Boost.Interprocess, reserves its pages
-// (posix_fallocate: a full /dev/shm is a clean error here, never a SIGBUS later),
-// maps it, and unlinks the name at once: from then on the segment lives only as
-// long as a mapping or a file descriptor does, so nothing can be left behind in
-// /dev/shm, even when the process is killed.  Children receive the descriptor over
-// their socket (SCM_RIGHTS) and map it with ShmMapping.
+// The parent creates each segment without a name: open(shm_dir(), O_TMPFILE) (a file
+// in the shared-memory mount that never has a directory entry), or memfd_create where
+// the mount cannot make one.  No instant exists in which a crash could leave a
+// segment behind: the pages go when the last descriptor and mapping go.  It reserves
+// every page (posix_fallocate: a full /dev/shm is a clean error here, never a SIGBUS
+// later) and maps the file with Boost.Interprocess (file_mapping of /proc/self/fd/N +
+// mapped_region).  Children receive the descriptor over their socket (SCM_RIGHTS) and
+// map it with ShmMapping.
 //
-//   auto seg = ShmSegment::create(8 << 20);   // 8 MiB, mapped, name already unlinked
+//   auto seg = ShmSegment::create(8 << 20);   // 8 MiB, mapped, never named
 //   std::memset(seg->data(), 0, seg->size());
 //   send_fd(sock, seg->fd());
 #pragma once
@@ -31,15 +33,14 @@ class ShmError : public RuntimeError {
 std::string shm_dir();
 /// Bytes free for unprivileged use in shm_dir().
 uint64_t shm_free_bytes();
-/// Prefix of every segment name this process creates: "loader_<pid>_".
-std::string shm_name_prefix();
-/// Removes segments named loader_<pid>_* whose owner process is gone (left by a
-/// killed program during the instant between create and unlink).  Returns the count.
-int sweep_dead_segments();
+/// True when `path` (a /proc/PID/maps or /proc/PID/fd target) is a slab file:
+/// an O_TMPFILE file of shm_dir() ("<dir>/#123 (deleted)") or "/memfd:loader-slab".
+bool is_slab_path(const std::string& path);
 
 class ShmSegment {
  public:
   /// Creates, reserves and maps `size` bytes; throws ShmError when /dev/shm is too small.
+  /// Thread-safe (any thread may create segments).
   static std::shared_ptr<ShmSegment> create(size_t size);
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;

@@ -2,10 +2,11 @@
 
 namespace loader::runtime {
 
-TaskDispatcher::TaskDispatcher(int num_workers, int prefetch_factor, uint64_t first_task)
+TaskDispatcher::TaskDispatcher(int num_workers, int prefetch_factor, uint64_t first_task, bool in_order)
     : num_workers_(num_workers),
       max_in_flight_(static_cast<uint64_t>(prefetch_factor) * static_cast<uint64_t>(num_workers)),
-      next_task_(first_task) {
+      next_task_(first_task),
+      in_order_(in_order) {
   for (int w = 0; w < num_workers; ++w) active_.insert(w);
 }
 
@@ -16,18 +17,29 @@ std::optional<std::pair<uint64_t, int>> TaskDispatcher::assign() {
   for (int tries = 0; tries < num_workers_; ++tries) {
     int w = cursor_;
     cursor_ = (cursor_ + 1) % num_workers_;
-    if (active_.count(w)) {
-      uint64_t task = next_task_++;
-      ++sent_;
-      unfinished_[task] = w;
-      return std::make_pair(task, w);
-    }
+    if (!active_.count(w)) continue;
+    if (!in_order_ && outstanding_[w] >= max_in_flight_ / active_.size()) continue;
+    uint64_t task = next_task_++;
+    ++sent_;
+    ++outstanding_[w];
+    unfinished_[task] = w;
+    return std::make_pair(task, w);
   }
   return std::nullopt;
 }
 
-void TaskDispatcher::on_delivered() {
+void TaskDispatcher::cancel(uint64_t task) {
+  auto it = unfinished_.find(task);
+  if (it == unfinished_.end() || task + 1 != next_task_) return;
+  if (outstanding_[it->second] > 0) --outstanding_[it->second];
+  unfinished_.erase(it);
+  --next_task_;
+  --sent_;
+}
+
+void TaskDispatcher::on_delivered(int worker) {
   if (delivered_ < sent_) ++delivered_;
+  if (worker >= 0 && outstanding_[worker] > 0) --outstanding_[worker];
 }
 
 void TaskDispatcher::deactivate(int worker) { active_.erase(worker); }

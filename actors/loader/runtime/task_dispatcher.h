@@ -7,7 +7,10 @@
 // Invariant: tasks sent but not yet delivered to the application (or skipped) never
 // exceed prefetch_factor * num_workers.  Workers are picked round-robin over the
 // active ones, continuing the cycle where it stopped, so while all are active task
-// i goes to worker i mod W.
+// i goes to worker i mod W.  With in_order = false (PyTorch 2.6+), a worker gets a
+// task only while it has fewer than max_in_flight / active_workers tasks not yet
+// delivered, so a worker stalled on a slow sample is skipped instead of piling up
+// tasks that the others could have done.
 #pragma once
 
 #include <cstdint>
@@ -21,14 +24,18 @@ namespace loader::runtime {
 
 class TaskDispatcher {
  public:
-  TaskDispatcher(int num_workers, int prefetch_factor, uint64_t first_task = 0);
+  TaskDispatcher(int num_workers, int prefetch_factor, uint64_t first_task = 0, bool in_order = true);
 
   /// True while another task may be sent (credits left and a worker is active).
   bool can_send() const;
-  /// Assigns the next task index to the next active worker; nullopt when none is active.
+  /// Assigns the next task index to the next active worker; nullopt when none is
+  /// active (or, with in_order = false, none has spare capacity).
   std::optional<std::pair<uint64_t, int>> assign();
+  /// Takes back the task assign() just gave (the sampler turned out to be exhausted).
+  void cancel(uint64_t task);
   /// The application received a batch (or a task was skipped): returns a credit.
-  void on_delivered();
+  /// `worker`: the worker it came from (its capacity with in_order = false).
+  void on_delivered(int worker = -1);
   /// `worker` will get no more tasks (its iterable ran dry, or it died for good).
   void deactivate(int worker);
   /// A task finished at its worker (result or error received).
@@ -50,7 +57,9 @@ class TaskDispatcher {
   uint64_t next_task_;
   uint64_t sent_ = 0;
   uint64_t delivered_ = 0;
+  bool in_order_;
   int cursor_ = 0;  // next worker to try
+  std::map<int, uint64_t> outstanding_;  // worker -> tasks sent, not yet delivered
   std::set<int> active_;
   std::map<uint64_t, int> unfinished_;  // task -> worker
 };

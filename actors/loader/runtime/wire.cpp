@@ -21,6 +21,9 @@ const char* frame_type_name(FrameType t) {
     case FrameType::UseSlab: return "UseSlab";
     case FrameType::Epoch: return "Epoch";
     case FrameType::Shutdown: return "Shutdown";
+    case FrameType::StatePage: return "StatePage";
+    case FrameType::SetRng: return "SetRng";
+    case FrameType::Hello: return "Hello";
     case FrameType::Ready: return "Ready";
     case FrameType::InitError: return "InitError";
     case FrameType::Result: return "Result";

@@ -22,6 +22,8 @@ enum class FrameType : uint8_t {
   UseSlab = 5,   ///< task index, slab id: retry a task whose batch did not fit
   Epoch = 6,     ///< epoch number: restart iterable streams (persistent workers)
   Shutdown = 7,
+  StatePage = 8, ///< size; carries the descriptor of the worker's RNG state page
+  SetRng = 9,    ///< generator state bytes: resume the random stream (restarted worker)
   // worker -> parent
   Ready = 64,     ///< pid
   InitError = 65, ///< error type, message (dataset could not be built, worker_init_fn threw)
@@ -29,6 +31,7 @@ enum class FrameType : uint8_t {
   Need = 67,      ///< task index, bytes: the batch needs a larger slab
   TaskError = 68, ///< task index, error type, message
   IterEnd = 69,   ///< task index: the worker's iterable stream is exhausted
+  Hello = 70,     ///< pid: sent first thing by run_worker_if_requested (start-up handshake)
 };
 
 const char* frame_type_name(FrameType t);

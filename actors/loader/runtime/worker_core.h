@@ -72,6 +72,8 @@ class WorkerCore {
   void reset_epoch();
 
   const WorkerInfo& info() const { return info_; }
+  /// The worker's default generator (its random stream; saved and restored across restarts).
+  Generator& generator() { return generator_; }
 
  private:
   WorkerReply place(uint64_t task, const Value& batch, uint64_t slab);

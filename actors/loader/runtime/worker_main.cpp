@@ -10,9 +10,11 @@
 #include <memory>
 
 #include "loader/error.h"
+#include "loader/runtime/rng_state_page.h"
 #include "loader/runtime/shm.h"
 #include "loader/runtime/wire.h"
 #include "loader/runtime/worker_core.h"
+#include "loader/runtime/worker_main_loop.h"
 
 namespace loader::runtime {
 
@@ -23,14 +25,30 @@ bool send_reply(int sock, const WorkerReply& r) {
   return write_frame(sock, static_cast<FrameType>(type), body);
 }
 
-int worker_loop(int sock, pid_t parent) {
+bool send_error(int sock, const std::string& type, const std::string& message) {
+  std::string body;
+  put_string(body, type);
+  put_string(body, message);
+  return write_frame(sock, FrameType::InitError, body);
+}
+
+}  // namespace
+
+int run_worker_loop(int sock, pid_t parent) {
   std::unique_ptr<WorkerCore> core;
   std::map<uint64_t, ShmMapping> mappings;
+  ShmMapping state_mapping;
+  std::unique_ptr<RngStatePage> state_page;
+  {
+    std::string hello;
+    put_u64(hello, static_cast<uint64_t>(parent ? getpid() : 0));
+    if (!write_frame(sock, FrameType::Hello, hello)) return 0;
+  }
   Frame f;
   while (true) {
-    ReadStatus st = read_frame(sock, f, 1000);
+    ReadStatus st = read_frame(sock, f, parent ? 1000 : -1);
     if (st == ReadStatus::Timeout) {
-      if (getppid() != parent) return 0;  // orphaned: the parent is gone
+      if (parent && getppid() != parent) return 0;  // orphaned: the parent is gone
       continue;
     }
     if (st != ReadStatus::Ok) return 0;  // EOF: the parent closed the link or died
@@ -41,21 +59,34 @@ int worker_loop(int sock, pid_t parent) {
           try {
             core = std::make_unique<WorkerCore>(WorkerConfig::from_value(decode_value(f.body)));
           } catch (const Error& e) {
-            std::string body;
-            put_string(body, e.python_type());
-            put_string(body, e.what());
-            write_frame(sock, FrameType::InitError, body);
+            send_error(sock, e.python_type(), e.what());
             return 1;
           } catch (const std::exception& e) {
-            std::string body;
-            put_string(body, "RuntimeError");
-            put_string(body, e.what());
-            write_frame(sock, FrameType::InitError, body);
+            send_error(sock, "RuntimeError", e.what());
             return 1;
           }
+          if (state_page) state_page->write(0, RngStatePage::After, core->generator());
           std::string body;
-          put_u64(body, static_cast<uint64_t>(getpid()));
+          put_u64(body, static_cast<uint64_t>(parent ? getpid() : 0));
           if (!write_frame(sock, FrameType::Ready, body)) return 0;
+          break;
+        }
+        case FrameType::StatePage: {
+          uint64_t size = in.u64();
+          if (f.fd < 0 || size < RngStatePage::kBytes) throw RuntimeError("StatePage frame without a usable page");
+          state_mapping = ShmMapping(f.fd, size);
+          f.fd = -1;
+          state_page = std::make_unique<RngStatePage>(state_mapping.data());
+          break;
+        }
+        case FrameType::SetRng: {
+          if (!core) throw RuntimeError("SetRng before Init");
+          uint64_t task = in.u64();
+          if (in.remaining() != Generator::kStateBytes) throw RuntimeError("SetRng frame of the wrong size");
+          core->generator().load_state(reinterpret_cast<const unsigned char*>(in.pos()));
+          // Recorded at once: if this incarnation dies before `task` starts, the next
+          // one resumes from the same state.
+          if (state_page) state_page->write(task, RngStatePage::Before, core->generator());
           break;
         }
         case FrameType::AddSlab: {
@@ -82,7 +113,9 @@ int worker_loop(int sock, pid_t parent) {
           IndexBatch indices(n);
           for (auto& i : indices) i = static_cast<int64_t>(in.u64());
           if (!core) throw RuntimeError("Task before Init");
+          if (state_page) state_page->write(task, RngStatePage::Before, core->generator());
           if (!send_reply(sock, core->run_task(task, indices, slab))) return 0;
+          if (state_page) state_page->write(task, RngStatePage::After, core->generator());
           break;
         }
         case FrameType::UseSlab: {
@@ -99,11 +132,8 @@ int worker_loop(int sock, pid_t parent) {
         default: throw RuntimeError(std::string("unexpected frame ") + frame_type_name(f.type));
       }
     } catch (const std::exception& e) {
-      // A protocol error: tell the parent (as an init error) and stop.
-      std::string body;
-      put_string(body, "RuntimeError");
-      put_string(body, std::string("worker protocol error: ") + e.what());
-      write_frame(sock, FrameType::InitError, body);
+      // A protocol error: tell the parent and stop.
+      send_error(sock, "RuntimeError", std::string("worker protocol error: ") + e.what());
       return 2;
     }
     if (f.fd >= 0) {
@@ -113,11 +143,19 @@ int worker_loop(int sock, pid_t parent) {
   }
 }
 
+namespace {
+// Set before main() runs when this process was started as a worker; cleared by
+// run_worker_if_requested.  A process whose main() forgot that call must not start
+// workers of its own (each would do the same: a process storm).
+bool g_started_as_worker = std::getenv("LOADER_WORKER_FD") != nullptr;
 }  // namespace
+
+bool started_as_worker_without_worker_main() { return g_started_as_worker; }
 
 std::optional<int> run_worker_if_requested(int /*argc*/, char** /*argv*/) {
   const char* fd_text = std::getenv("LOADER_WORKER_FD");
   if (fd_text == nullptr) return std::nullopt;
+  g_started_as_worker = false;
   int sock = std::atoi(fd_text);
   const char* parent_text = std::getenv("LOADER_PARENT_PID");
   pid_t parent = parent_text ? static_cast<pid_t>(std::atol(parent_text)) : getppid();
@@ -127,10 +165,10 @@ std::optional<int> run_worker_if_requested(int /*argc*/, char** /*argv*/) {
   unsetenv("LOADER_PARENT_PID");
   // Die with the parent; Ctrl-C in a terminal is the parent's to handle.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) return 0;
+  if (getppid() != parent) _exit(0);
   signal(SIGINT, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
-  int rc = worker_loop(sock, parent);
+  int rc = run_worker_loop(sock, parent);
   close(sock);
   // Skip static destructors of the host program: a worker has nothing to flush.
   std::fflush(nullptr);

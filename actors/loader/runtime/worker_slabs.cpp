@@ -40,10 +40,28 @@ bool SlabDirectory::pinned(uint64_t id) const {
 }
 
 WorkerSlabs::WorkerSlabs(int worker_id, SlabPolicy policy, std::shared_ptr<SlabDirectory> directory)
-    : worker_id_(worker_id), policy_(policy), directory_(std::move(directory)) {}
+    : worker_id_(worker_id), policy_(std::move(policy)), directory_(std::move(directory)) {
+  if (!policy_.budget) policy_.budget = std::make_shared<SlabBudget>();
+}
 
 WorkerSlabs::~WorkerSlabs() {
-  for (const auto& kv : slabs_) directory_->remove(kv.first);
+  for (const auto& kv : slabs_) {
+    directory_->remove(kv.first);
+    policy_.budget->bytes -= kv.second->size();
+  }
+}
+
+static uint64_t slab_size_for(uint64_t bytes, double headroom) {
+  auto want = static_cast<uint64_t>(std::ceil(static_cast<double>(bytes) * headroom));
+  const uint64_t gran = 64 * 1024;
+  return (want + gran - 1) / gran * gran;
+}
+
+void WorkerSlabs::size_for(uint64_t bytes) {
+  if (slab_size_ != 0 || bytes == 0) return;
+  uint64_t want = slab_size_for(bytes, policy_.headroom);
+  check_budget(want);
+  slab_size_ = want;
 }
 
 uint64_t WorkerSlabs::bytes() const {
@@ -60,13 +78,14 @@ static std::string mib(uint64_t b) {
 }
 
 void WorkerSlabs::check_budget(uint64_t new_slab_size) const {
-  // The pool every worker will have at this slab size.
+  // Once per pool and slab size: the first worker to need this size checks for all.
+  if (new_slab_size <= policy_.budget->checked_size.load()) return;
+  // The pool every worker will have at this slab size, less what the loader's
+  // workers already hold (counted once, whichever worker holds it).
   uint64_t per_worker = static_cast<uint64_t>(policy_.slabs_per_worker) * new_slab_size;
   uint64_t pool = per_worker * static_cast<uint64_t>(policy_.num_workers);
-  uint64_t have = bytes();
-  uint64_t more = pool > have * static_cast<uint64_t>(policy_.num_workers)
-                      ? pool - have * static_cast<uint64_t>(policy_.num_workers)
-                      : 0;
+  uint64_t have = policy_.budget->bytes.load();
+  uint64_t more = pool > have ? pool - have : 0;
   uint64_t free = shm_free_bytes();
   std::string what = std::to_string(policy_.num_workers) + " workers x " +
                      std::to_string(policy_.slabs_per_worker) + " slabs x " + mib(new_slab_size);
@@ -78,12 +97,14 @@ void WorkerSlabs::check_budget(uint64_t new_slab_size) const {
     throw ShmError("shared memory: the batch slab pool needs " + mib(pool) + " (" + what + ") but " +
                    shm_dir() + " has only " + mib(free) + " free. Enlarge " + shm_dir() +
                    " (e.g. docker run --shm-size=...), or lower batch_size, prefetch_factor or num_workers");
+  policy_.budget->checked_size = new_slab_size;
 }
 
 uint64_t WorkerSlabs::create(uint64_t size) {
   auto seg = ShmSegment::create(size);
   uint64_t id = next_slab_id();
   slabs_[id] = seg;
+  policy_.budget->bytes += seg->size();
   directory_->add(id, seg);
   new_.push_back(id);
   return id;
@@ -112,9 +133,7 @@ std::optional<uint64_t> WorkerSlabs::acquire() {
 
 uint64_t WorkerSlabs::acquire_at_least(uint64_t bytes) {
   if (bytes > slab_size_) {
-    auto want = static_cast<uint64_t>(std::ceil(static_cast<double>(bytes) * policy_.headroom));
-    const uint64_t gran = 64 * 1024;
-    want = (want + gran - 1) / gran * gran;
+    uint64_t want = slab_size_for(bytes, policy_.headroom);
     check_budget(want);
     slab_size_ = want;
     // Free slabs that are now too small are dropped as they come back.
@@ -123,6 +142,7 @@ uint64_t WorkerSlabs::acquire_at_least(uint64_t bytes) {
       if (slabs_[id]->size() >= slab_size_) keep.push_back(id);
       else {
         directory_->remove(id);
+        policy_.budget->bytes -= slabs_[id]->size();
         slabs_.erase(id);
         dropped_.push_back(id);
       }
@@ -144,6 +164,7 @@ bool WorkerSlabs::release(uint64_t id) {
   if (it == slabs_.end()) return false;
   if (it->second->size() < slab_size_) {
     directory_->remove(id);
+    policy_.budget->bytes -= it->second->size();
     slabs_.erase(it);
     dropped_.push_back(id);
     return true;

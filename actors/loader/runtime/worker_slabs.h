@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -38,11 +39,20 @@ class SlabDirectory {
   std::map<uint64_t, std::pair<std::shared_ptr<ShmSegment>, bool>> slabs_;
 };
 
+/// What every worker's slabs of one loader have together (shared by its WorkerSlabs):
+/// the bytes they hold and the slab size the /dev/shm budget was checked for, so the
+/// whole pool is checked once per slab size, not once per worker.
+struct SlabBudget {
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> checked_size{0};
+};
+
 struct SlabPolicy {
   int num_workers = 1;
   int slabs_per_worker = 4;      ///< expected: prefetch_factor + 2
   uint64_t shm_limit_bytes = 0;  ///< 0: limited by free /dev/shm only
   double headroom = 1.25;        ///< slab size = need * headroom, rounded up to 64 KiB
+  std::shared_ptr<SlabBudget> budget;  ///< shared by the loader's workers (made when null)
 };
 
 class WorkerSlabs {
@@ -56,6 +66,9 @@ class WorkerSlabs {
   /// A slab of at least `bytes` for a task whose batch did not fit; grows the
   /// standard slab size.  Throws ShmError when shared memory cannot hold the pool.
   uint64_t acquire_at_least(uint64_t bytes);
+  /// Sets the slab size for batches of `bytes` before the first task (from the
+  /// dataset's sample_spec()); checks the pool budget.  No effect once sized.
+  void size_for(uint64_t bytes);
   /// Returns slab `id`.  Returns true when the slab was destroyed instead (it was
   /// smaller than the current slab size): the worker must forget it.
   bool release(uint64_t id);

@@ -1,0 +1,591 @@
+#include "loader/runtime/pipeline.h"
+
+#include <algorithm>
+
+#include "loader/error.h"
+#include "loader/runtime/rng_state_page.h"
+#include "loader/warnings.h"
+
+namespace loader::runtime {
+
+namespace {
+std::string encoded_config(const WorkerConfig& cfg) {
+  std::string s;
+  encode_value(cfg.to_value(), s);
+  return s;
+}
+}  // namespace
+
+Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs, PipelineHooks hooks)
+    : config_(std::move(config)), slabs_(std::move(slabs)), hooks_(std::move(hooks)) {
+  iterable_ = !config_.workers.empty() && config_.workers.front().iterable;
+  for (size_t w = 0; w < config_.workers.size(); ++w)
+    slots_.push_back(std::make_unique<Slot>(static_cast<int>(w), config_.max_restarts, !iterable_));
+  if (config_.batch_bytes) slabs_->size_for(*config_.batch_bytes);
+}
+
+Pipeline::~Pipeline() { shutdown(); }
+
+// ------------------------------------------------------------------ starting workers
+
+void Pipeline::start_locked_prepare(Slot& s, uint32_t gen) {
+  // First frames of every incarnation: the RNG state page, then the configuration.
+  const int w = s.life.id();
+  if (!s.state_page) s.state_page = ShmSegment::create(RngStatePage::kBytes);
+  std::string page;
+  put_u64(page, s.state_page->size());
+  queue_locked(w, FrameType::StatePage, std::move(page), s.state_page);
+  queue_locked(w, FrameType::Init, encoded_config(config_.workers[static_cast<size_t>(w)]));
+  s.announced.clear();
+  s.hello = false;
+  s.started = std::chrono::steady_clock::now();
+  s.stopped_ticks = 0;
+  (void)gen;
+}
+
+void Pipeline::start_workers() {
+  for (size_t w = 0; w < slots_.size(); ++w) {
+    Slot& s = *slots_[w];
+    std::lock_guard<std::mutex> fl(s.flush_mu);
+    uint32_t gen;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      gen = s.life.start();
+    }
+    try {
+      WorkerLink::Spec spec{static_cast<int>(w), gen, config_.in_process, config_.executable};
+      auto link = std::make_unique<WorkerLink>(spec, this);
+      std::lock_guard<std::mutex> lock(mu_);
+      s.life.set_pid(gen, link->pid());
+      s.link = std::move(link);
+      start_locked_prepare(s, gen);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      const std::string type = dynamic_cast<const Error*>(&e) ? static_cast<const Error&>(e).python_type() : "RuntimeError";
+      worker_failed_locked(static_cast<int>(w), type,
+                           "DataLoader worker " + std::to_string(w) + " could not be started: " + e.what());
+    }
+  }
+  flush_all();
+}
+
+void Pipeline::restart(int worker, uint32_t gen) {
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  std::lock_guard<std::mutex> fl(s.flush_mu);
+  std::unique_ptr<WorkerLink> old;
+  uint32_t next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || s.life.state() != WorkerLifecycle::State::Restarting || s.life.generation() != gen) return;
+    old = std::move(s.link);
+    next = s.life.start();
+    s.outbox.clear();  // frames for the old incarnation
+  }
+  old.reset();  // its reader has finished and its process is reaped: nothing waits here
+  std::unique_ptr<WorkerLink> link;
+  try {
+    link = std::make_unique<WorkerLink>(WorkerLink::Spec{worker, next, config_.in_process, config_.executable}, this);
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    worker_failed_locked(worker, "RuntimeError",
+                         "DataLoader worker " + std::to_string(worker) + " could not be restarted: " + e.what());
+    notify_locked();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.life.set_pid(next, link->pid());
+    s.link = std::move(link);
+    start_locked_prepare(s, next);
+    // Tasks of older epochs will never be answered now: their slabs come back.
+    for (uint64_t slab : s.life.drop_other_epochs(epoch_))
+      if (slab) slabs_->release(worker, slab);
+    // The random stream resumes where the first unfinished task began.
+    if (!s.life.held().empty()) {
+      uint64_t first = s.life.held().begin()->first;
+      RngStatePage page(s.state_page->data());
+      if (auto state = page.state_before(first)) {
+        std::string body;
+        put_u64(body, first);
+        body.append(reinterpret_cast<const char*>(state->data()), state->size());
+        queue_locked(worker, FrameType::SetRng, std::move(body));
+      }
+    }
+    s.waiting.clear();
+    std::vector<uint64_t> tasks;
+    for (const auto& [task, t] : s.life.held()) tasks.push_back(task);
+    for (uint64_t task : tasks) send_task_locked(worker, task);
+  }
+  // Written here, under flush_mu: the new incarnation's frames go out in order.
+  std::vector<OutFrame> frames;
+  WorkerLink* l;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    frames.swap(s.outbox);
+    l = s.link.get();
+  }
+  for (auto& f : frames) l->send(f.type, f.body, f.fd_owner ? f.fd_owner->fd() : -1);
+}
+
+// ------------------------------------------------------------------ frames out
+
+void Pipeline::queue_locked(int worker, FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner) {
+  slots_[static_cast<size_t>(worker)]->outbox.push_back(OutFrame{type, std::move(body), std::move(fd_owner)});
+}
+
+void Pipeline::flush(int worker) {
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  std::lock_guard<std::mutex> fl(s.flush_mu);
+  std::vector<OutFrame> frames;
+  WorkerLink* link;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s.outbox.empty() || !s.link || closed_) return;
+    frames.swap(s.outbox);
+    link = s.link.get();  // replaced only under flush_mu (restart), destroyed after the supervisor (shutdown)
+  }
+  for (auto& f : frames)
+    if (!link->send(f.type, f.body, f.fd_owner ? f.fd_owner->fd() : -1)) break;  // the reader reports the loss
+}
+
+void Pipeline::flush_all() {
+  for (size_t w = 0; w < slots_.size(); ++w) flush(static_cast<int>(w));
+}
+
+void Pipeline::announce_locked(int worker, uint64_t slab) {
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  for (uint64_t id : slabs_->dropped_since(s.dropped_cursor)) {
+    if (s.announced.erase(id)) {
+      std::string b;
+      put_u64(b, id);
+      queue_locked(worker, FrameType::DropSlab, std::move(b));
+    }
+  }
+  if (slab == 0 || s.announced.count(slab)) return;
+  auto seg = slabs_->segment(slab);
+  if (!seg) return;
+  std::string b;
+  put_u64(b, slab);
+  put_u64(b, seg->size());
+  queue_locked(worker, FrameType::AddSlab, std::move(b), seg);
+  s.announced.insert(slab);
+}
+
+// ------------------------------------------------------------------ epochs and dispatch
+
+void Pipeline::begin_epoch(std::optional<TaskSource> source, uint64_t first_task, bool reset_streams) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) throw RuntimeError("DataLoader: the worker pool was shut down");
+    // Results of the previous epoch that nobody took give their slabs back.
+    if (buffer_)
+      while (auto item = buffer_->pop())
+        if (item->second.slab) slabs_->release(item->second.worker, item->second.slab);
+    ++epochs_started_;
+    epoch_ = epochs_started_;
+    first_task_ = first_task;
+    source_ = std::move(source);
+    dispatcher_ = std::make_unique<TaskDispatcher>(num_workers(), config_.prefetch_factor, first_task, config_.in_order);
+    buffer_ = std::make_unique<ReorderBuffer<Delivery>>(first_task, config_.in_order);
+    total_.reset();
+    fatal_.reset();
+    exhausted_ = false;
+    stopped_ = false;
+    for (size_t w = 0; w < slots_.size(); ++w) {
+      Slot& s = *slots_[w];
+      if (s.life.dead()) {
+        // A dead worker stays dead: every later epoch gets its error at once.
+        dispatcher_->deactivate(static_cast<int>(w));
+        if (!fatal_) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), static_cast<int>(w));
+        continue;
+      }
+      if (reset_streams) queue_locked(static_cast<int>(w), FrameType::Epoch, {});
+    }
+    if (!fatal_) dispatch_locked();
+  }
+  flush_all();
+}
+
+void Pipeline::dispatch_locked() {
+  while (!closed_ && !stopped_ && !exhausted_ && !fatal_ && dispatcher_->can_send()) {
+    auto a = dispatcher_->assign();
+    if (!a) break;
+    auto [task, worker] = *a;
+    IndexBatch indices;
+    if (!iterable_) {
+      std::optional<IndexBatch> next;
+      try {
+        next = source_->next();
+      } catch (const Error& e) {
+        dispatcher_->cancel(task);
+        set_fatal_locked(e.python_type(), std::string("the sampler failed: ") + e.what(), -1);
+        return;
+      } catch (const std::exception& e) {
+        dispatcher_->cancel(task);
+        set_fatal_locked("RuntimeError", std::string("the sampler failed: ") + e.what(), -1);
+        return;
+      }
+      if (!next) {
+        dispatcher_->cancel(task);
+        exhausted_ = true;
+        total_ = dispatcher_->next_task() - first_task_;
+        notify_locked();
+        return;
+      }
+      indices = std::move(*next);
+    }
+    slots_[static_cast<size_t>(worker)]->life.hold(task, HeldTask{epoch_, std::move(indices), 0});
+    send_task_locked(worker, task);
+  }
+}
+
+void Pipeline::send_task_locked(int worker, uint64_t task) {
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  HeldTask* t = s.life.find(task);
+  if (!t) return;
+  // A worker being restarted gets its held tasks when its next incarnation starts.
+  if (s.life.state() == WorkerLifecycle::State::Restarting) return;
+  if (t->slab == 0) {
+    std::optional<uint64_t> slab;
+    try {
+      slab = slabs_->acquire(worker);
+    } catch (const Error& e) {
+      set_fatal_locked(e.python_type(), e.what(), worker);
+      return;
+    }
+    if (!slab) {
+      s.waiting.push_back(task);  // every slab busy and the budget spent: wait for a release
+      return;
+    }
+    t->slab = *slab;
+  }
+  announce_locked(worker, t->slab);
+  std::string b;
+  b.reserve(24 + t->indices.size() * 8);
+  put_u64(b, task);
+  put_u64(b, t->slab);
+  put_u64(b, t->indices.size());
+  for (int64_t i : t->indices) put_u64(b, static_cast<uint64_t>(i));
+  queue_locked(worker, FrameType::Task, std::move(b));
+}
+
+void Pipeline::drain_waiting_locked(int worker) {
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  while (!s.waiting.empty() && !closed_) {
+    uint64_t task = s.waiting.front();
+    s.waiting.pop_front();
+    size_t before = s.waiting.size();
+    send_task_locked(worker, task);
+    if (s.waiting.size() > before) break;  // still no slab
+  }
+}
+
+void Pipeline::release_slab(int worker, uint64_t slab) {
+  slabs_->release(worker, slab);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || worker < 0 || static_cast<size_t>(worker) >= slots_.size()) return;
+    if (slots_[static_cast<size_t>(worker)]->waiting.empty()) return;
+    drain_waiting_locked(worker);
+  }
+  flush(worker);
+}
+
+void Pipeline::release_task_slab_locked(int worker, const HeldTask& t) {
+  if (t.slab) slabs_->release(worker, t.slab);
+}
+
+// ------------------------------------------------------------------ the application thread
+
+bool Pipeline::releasable_locked() const {
+  return fatal_.has_value() || (buffer_ && buffer_->ready()) ||
+         (total_ && buffer_ && buffer_->done(first_task_, *total_));
+}
+
+void Pipeline::notify_locked() {
+  if (waiting_ && releasable_locked()) cv_.notify_one();
+}
+
+Delivery Pipeline::next(std::optional<std::chrono::steady_clock::time_point> deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (fatal_) return *fatal_;
+    if (!buffer_) return Delivery{};
+    if (auto item = buffer_->pop()) {
+      Delivery d = std::move(item->second);
+      dispatcher_->on_delivered(d.worker);
+      dispatch_locked();
+      lock.unlock();
+      flush_all();
+      return d;
+    }
+    if (total_ && buffer_->done(first_task_, *total_)) return Delivery{};  // End
+    if (closed_) return Delivery{Delivery::Kind::Fatal, 0, -1, 0, "", "RuntimeError", "DataLoader: the worker pool was shut down"};
+    waiting_ = true;
+    if (deadline) {
+      if (cv_.wait_until(lock, *deadline) == std::cv_status::timeout && !releasable_locked()) {
+        waiting_ = false;
+        Delivery t;
+        t.kind = Delivery::Kind::Timeout;
+        return t;
+      }
+    } else {
+      cv_.wait(lock);
+    }
+    waiting_ = false;
+  }
+}
+
+uint64_t Pipeline::end_epoch() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopped_ = true;
+  uint64_t next = dispatcher_ ? dispatcher_->next_task() : first_task_;
+  if (buffer_)
+    while (auto item = buffer_->pop())
+      if (item->second.slab) slabs_->release(item->second.worker, item->second.slab);
+  epoch_ = 0;  // results still to come are stale: their slabs come back
+  for (auto& s : slots_) s->waiting.clear();
+  return next;
+}
+
+std::pair<uint64_t, int> Pipeline::awaited() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t task = buffer_ ? buffer_->next_expected() : 0;
+  int worker = dispatcher_ ? dispatcher_->worker_of(task) : -1;
+  return {task - first_task_, worker};
+}
+
+std::vector<int> Pipeline::pids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> out;
+  for (const auto& s : slots_) {
+    bool live = s->link && (s->life.state() == WorkerLifecycle::State::Running ||
+                            s->life.state() == WorkerLifecycle::State::Starting);
+    out.push_back(live ? s->link->pid() : -1);
+  }
+  return out;
+}
+
+WorkerLifecycle::State Pipeline::worker_state(int worker) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_[static_cast<size_t>(worker)]->life.state();
+}
+
+void Pipeline::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    cv_.notify_all();
+  }
+  // Fixed order: every link is told first (the workers exit on EOF together), then
+  // each is stopped (reader joined, process reaped).  Slots keep their lifecycle.
+  std::vector<std::unique_ptr<WorkerLink>> links;
+  for (auto& s : slots_) {
+    std::lock_guard<std::mutex> fl(s->flush_mu);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s->link) links.push_back(std::move(s->link));
+    s->outbox.clear();
+  }
+  for (auto& l : links) l->send(FrameType::Shutdown, {});
+  for (auto& l : links) l->stop();
+  links.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : slots_) {
+    for (auto& [task, t] : s->life.take_all()) release_task_slab_locked(s->life.id(), t);
+    s->waiting.clear();
+  }
+  if (buffer_)
+    while (auto item = buffer_->pop())
+      if (item->second.slab) slabs_->release(item->second.worker, item->second.slab);
+}
+
+// ------------------------------------------------------------------ reader threads
+
+void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
+  bool flush_needed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Slot& s = *slots_[static_cast<size_t>(worker)];
+    if (closed_ || !s.life.current(gen)) return;  // an older incarnation: nothing of it applies
+    try {
+      switch (f.type) {
+        case FrameType::Hello: s.hello = true; return;
+        case FrameType::Ready: s.life.ready(gen); return;
+        case FrameType::InitError: {
+          Reader in(f.body);
+          std::string type = in.string();
+          std::string message = in.string();
+          worker_failed_locked(worker, type,
+                               "DataLoader worker " + std::to_string(worker) + " failed to start: " + type + ": " + message);
+          notify_locked();
+          return;
+        }
+        default: handle_reply_locked(worker, decode_reply(static_cast<uint8_t>(f.type), f.body), flush_needed); break;
+      }
+    } catch (const std::exception& e) {
+      worker_failed_locked(worker, "RuntimeError", "DataLoader worker " + std::to_string(worker) +
+                                                       " sent a frame the main process cannot read (" +
+                                                       frame_type_name(f.type) + "): " + e.what());
+    }
+    notify_locked();
+  }
+  if (flush_needed && hooks_.flush_later) hooks_.flush_later(worker);
+}
+
+void Pipeline::handle_reply_locked(int worker, WorkerReply r, bool& flush_needed) {
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  HeldTask* t = s.life.find(r.task);
+  if (!t) return;
+  if (t->epoch != epoch_) {  // a task of an epoch that ended: its slab comes back
+    release_task_slab_locked(worker, *t);
+    s.life.release(r.task);
+    drain_waiting_locked(worker);
+    flush_needed = !s.outbox.empty();
+    return;
+  }
+  Delivery d;
+  d.task = r.task;
+  d.worker = worker;
+  switch (r.kind) {
+    case WorkerReply::Kind::Need: {
+      // The batch is larger than the slab: a larger one, then the worker copies it in.
+      uint64_t slab;
+      try {
+        slab = slabs_->acquire_at_least(worker, r.bytes);
+      } catch (const Error& e) {
+        set_fatal_locked(e.python_type(), e.what(), worker);
+        return;
+      }
+      if (t->slab) slabs_->release(worker, t->slab);
+      t->slab = slab;
+      announce_locked(worker, slab);
+      std::string b;
+      put_u64(b, r.task);
+      put_u64(b, slab);
+      queue_locked(worker, FrameType::UseSlab, std::move(b));
+      flush_needed = true;
+      return;
+    }
+    case WorkerReply::Kind::Result:
+      d.kind = Delivery::Kind::Batch;
+      d.slab = t->slab;
+      d.payload = std::move(r.payload);
+      break;
+    case WorkerReply::Kind::Error:
+      d.kind = Delivery::Kind::Error;
+      d.error_type = std::move(r.error_type);
+      d.error_message = std::move(r.error_message);
+      release_task_slab_locked(worker, *t);
+      break;
+    case WorkerReply::Kind::IterEnd:
+      release_task_slab_locked(worker, *t);
+      s.life.release(r.task);
+      dispatcher_->on_finished(r.task);
+      dispatcher_->deactivate(worker);
+      dispatcher_->on_delivered(worker);  // a skipped task returns its credit
+      buffer_->skip(r.task);
+      if (dispatcher_->active_workers() == 0 && !total_) total_ = dispatcher_->next_task() - first_task_;
+      dispatch_locked();
+      flush_needed = true;
+      return;
+  }
+  s.life.release(r.task);
+  dispatcher_->on_finished(r.task);
+  buffer_->push(r.task, std::move(d));
+}
+
+void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
+  std::string warning;
+  bool restart = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    Slot& s = *slots_[static_cast<size_t>(worker)];
+    auto d = s.life.down(gen, how);
+    switch (d.kind) {
+      case WorkerLifecycle::Decision::Kind::Ignore: return;
+      case WorkerLifecycle::Decision::Kind::Restart:
+        warning = d.message;
+        restart = true;
+        break;
+      case WorkerLifecycle::Decision::Kind::Fail:
+        worker_failed_locked(worker, "RuntimeError", d.message);
+        notify_locked();
+        break;
+    }
+  }
+  if (restart) {
+    warn(warning);
+    if (hooks_.restart_later) hooks_.restart_later(worker, gen);
+  }
+}
+
+void Pipeline::worker_failed_locked(int worker, const std::string& type, const std::string& message) {
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  s.life.fail(s.life.generation(), type, message);
+  // Every task it held is answered: the epoch fails with this error.
+  for (auto& [task, t] : s.life.take_all()) release_task_slab_locked(worker, t);
+  s.waiting.clear();
+  if (dispatcher_) dispatcher_->deactivate(worker);
+  if (epoch_ != 0) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), worker);
+}
+
+void Pipeline::set_fatal_locked(const std::string& type, const std::string& message, int worker) {
+  if (fatal_) return;
+  Delivery f;
+  f.kind = Delivery::Kind::Fatal;
+  f.worker = worker;
+  f.error_type = type.empty() ? "RuntimeError" : type;
+  f.error_message = message;
+  fatal_ = std::move(f);
+  notify_locked();
+}
+
+void Pipeline::fail_all(const std::string& type, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  set_fatal_locked(type, message, -1);
+}
+
+// ------------------------------------------------------------------ supervisor: watchdog
+
+void Pipeline::watchdog(std::chrono::milliseconds tick) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    WorkerLink* link;
+    bool hello;
+    std::chrono::steady_clock::time_point started;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      if (!s.link || !s.life.accepting()) continue;
+      link = s.link.get();  // only this (supervisor) thread replaces or destroys links
+      hello = s.hello;
+      started = s.started;
+    }
+    if (link->pid() <= 0) continue;  // a thread
+    if (auto how = link->exited_with_socket_open()) {
+      link->kill_with_reason(*how);
+      continue;
+    }
+    char st = link->process_state();
+    if (st == 'T' || st == 't') {
+      if (++s.stopped_ticks * tick >= std::chrono::milliseconds(1000))
+        link->kill_with_reason(WorkerExit{WorkerExit::Kind::Frozen, 0,
+                                          std::to_string(s.stopped_ticks * tick.count()) + " ms"});
+      continue;
+    }
+    s.stopped_ticks = 0;
+    if (!hello && now - started > config_.hello_deadline)
+      link->kill_with_reason(WorkerExit{
+          WorkerExit::Kind::StartFailed, 0,
+          "it did not enter the worker loop within " +
+              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.hello_deadline).count()) +
+              " s: the worker program's main() must call loader::runtime::run_worker_if_requested(argc, argv) "
+              "before anything else"});
+  }
+}
+
+}  // namespace loader::runtime

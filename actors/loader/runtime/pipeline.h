@@ -1,0 +1,203 @@
+// Pipeline: the batch path of one worker pool, as one plain class that tests drive
+// without an actor system.  It holds the four stages of the design in one lock:
+//
+//   sampler stage   TaskSource (the index stream) + TaskDispatcher (credits,
+//                   PyTorch's round robin, the in_order=false capacity rule)
+//   worker stage    one Slot per worker: its WorkerLifecycle (state machine,
+//                   generations, the tasks it holds), its WorkerLink (process or
+//                   thread + reader), the frames queued for it
+//   reorder stage   ReorderBuffer: results leave in task order (or completion order)
+//   pin stage       SlabStore: slabs page-locked once, when made
+//
+// and the messages between them are method calls, so that a batch costs the main
+// process no actor hop (docs/transport.md has the measurement that chose this):
+//
+//   application thread  next(): pops the next result (waits on a condition variable
+//                       only when none is ready), returns its credit and dispatches
+//                       the next task (a Task frame to the worker's socket).
+//   reader thread k     on_frame(): a result goes into the reorder buffer; the
+//                       application thread is woken only if it is waiting for it.
+//                       Readers never write to a socket (a full socket could then
+//                       deadlock both sides): frames they queue are flushed by the
+//                       supervisor (hooks.flush_later).
+//   any thread          release_slab(): a batch was dropped; a task waiting for a
+//                       slab goes out.
+//   supervisor actor    restart(), watchdog(), flush(): everything that starts or
+//                       kills processes runs there or in the application thread.
+//
+// Locks: flush_mu of a slot (orders the frames written to one link) before mu_
+// before SlabStore's lock.  No socket write and no process wait happens under mu_.
+//
+// Why the reorder buffer cannot overflow: a task goes out only against a credit
+// (TaskDispatcher::can_send), and a credit comes back only when next() hands a
+// result to the application or a task is skipped, so at most prefetch_factor *
+// num_workers results are ever held (or in flight).
+//
+// Why every sample arrives exactly once after a restart: a slot keeps each task
+// until its answer arrives from the incarnation the task was sent to; an answer
+// from another incarnation is dropped (generations), and a restart re-sends every
+// held task of the epoch to the new incarnation, with the generator state saved at
+// the start of the first one (RngStatePage), so the batches are byte-identical.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "loader/fetch.h"
+#include "loader/runtime/reorder_buffer.h"
+#include "loader/runtime/shm.h"
+#include "loader/runtime/slab_store.h"
+#include "loader/runtime/task_dispatcher.h"
+#include "loader/runtime/worker_core.h"
+#include "loader/runtime/worker_lifecycle.h"
+#include "loader/runtime/worker_link.h"
+
+namespace loader::runtime {
+
+/// What next() hands the application thread.
+struct Delivery {
+  enum class Kind { Batch, Error, End, Fatal, Timeout } kind = Kind::End;
+  uint64_t task = 0;
+  int worker = -1;
+  uint64_t slab = 0;          ///< Batch: the slab the batch is in (0: inline payload)
+  std::string payload;        ///< Batch: encoded batch (descriptors into the slab)
+  std::string error_type;     ///< Error/Fatal
+  std::string error_message;  ///< Error/Fatal
+};
+
+struct PipelineConfig {
+  std::vector<WorkerConfig> workers;  ///< one per worker slot
+  int prefetch_factor = 2;
+  bool in_order = true;
+  int max_restarts = 0;
+  bool in_process = false;   ///< workers are threads of this process (tests, debugging)
+  std::string executable;    ///< worker program; empty: this program
+  std::optional<uint64_t> batch_bytes;  ///< slab size hint from sample_spec()
+  /// How long a started process may take to say hello (enter run_worker_if_requested).
+  std::chrono::milliseconds hello_deadline{10000};
+};
+
+/// How the pipeline asks its supervisor to act outside the calling thread.
+struct PipelineHooks {
+  std::function<void(int worker, uint32_t gen)> restart_later;
+  std::function<void(int worker)> flush_later;
+};
+
+class Pipeline final : public LinkEvents, public std::enable_shared_from_this<Pipeline> {
+ public:
+  Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs, PipelineHooks hooks);
+  ~Pipeline() override;
+
+  // ---- application thread
+  /// Starts every worker (processes spawn in parallel).  A worker that cannot start
+  /// is dead: its error is delivered by the first epoch.
+  void start_workers();
+  /// Starts an epoch whose tasks are numbered from `first_task`.  `source`: the
+  /// index stream (nullopt for iterable datasets).  `reset_streams`: persistent
+  /// workers restart their iterable streams.
+  void begin_epoch(std::optional<TaskSource> source, uint64_t first_task, bool reset_streams);
+  /// The next result in order; waits until `deadline` (nullopt: forever).
+  Delivery next(std::optional<std::chrono::steady_clock::time_point> deadline);
+  /// Ends the epoch: no more dispatching (so no more sampler draws); results still
+  /// to come give their slabs back.  Returns the next task index.
+  uint64_t end_epoch();
+  /// Stops every worker (links in a fixed order) and refuses all further work.
+  /// The supervisor must be gone first.
+  void shutdown();
+  /// The task awaited next and the worker it went to (for timeout messages).
+  std::pair<uint64_t, int> awaited() const;
+  /// Pids of the worker processes (-1: in-process, or not running).
+  std::vector<int> pids() const;
+
+  // ---- any thread but a reader
+  /// A batch in `slab` was dropped by the application.
+  void release_slab(int worker, uint64_t slab);
+
+  // ---- supervisor actor
+  /// Starts the next incarnation of `worker`, whose incarnation `gen` went down.
+  void restart(int worker, uint32_t gen);
+  /// Writes the frames queued for `worker`.
+  void flush(int worker);
+  /// Looks at every worker process: frozen (SIGSTOP) for `frozen_after`, exited
+  /// while its socket stays open, or no hello within the deadline: killed, and
+  /// reported through the reader.  Call every `tick`.
+  void watchdog(std::chrono::milliseconds tick);
+  /// Anything unexpected in the runtime itself: the loader fails with this message.
+  void fail_all(const std::string& type, const std::string& message);
+
+  // ---- reader threads (LinkEvents)
+  void on_frame(int worker, uint32_t gen, Frame& frame) override;
+  void on_down(int worker, uint32_t gen, const WorkerExit& how) override;
+
+  const std::shared_ptr<SlabStore>& slabs() const { return slabs_; }
+  int num_workers() const { return static_cast<int>(slots_.size()); }
+  /// State of a worker slot (tests).
+  WorkerLifecycle::State worker_state(int worker) const;
+
+ private:
+  struct OutFrame {
+    FrameType type;
+    std::string body;
+    std::shared_ptr<ShmSegment> fd_owner;  ///< passes its descriptor, kept alive until written
+  };
+  struct Slot {
+    explicit Slot(int id, int max_restarts, bool restartable) : life(id, max_restarts, restartable) {}
+    WorkerLifecycle life;
+    std::unique_ptr<WorkerLink> link;
+    std::shared_ptr<ShmSegment> state_page;  ///< RngStatePage, kept across incarnations
+    std::vector<OutFrame> outbox;
+    std::mutex flush_mu;
+    std::set<uint64_t> announced;     ///< slabs the current incarnation has mapped
+    size_t dropped_cursor = 0;        ///< SlabStore::dropped_since
+    std::deque<uint64_t> waiting;     ///< held tasks with no slab yet (pool spent)
+    bool hello = false;
+    std::chrono::steady_clock::time_point started;
+    int stopped_ticks = 0;            ///< supervisor only
+  };
+
+  void start_locked_prepare(Slot& s, uint32_t gen);
+  void dispatch_locked();
+  void send_task_locked(int worker, uint64_t task);
+  void drain_waiting_locked(int worker);
+  void announce_locked(int worker, uint64_t slab);
+  void queue_locked(int worker, FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner = nullptr);
+  void handle_reply_locked(int worker, WorkerReply r, bool& flush_needed);
+  void worker_failed_locked(int worker, const std::string& type, const std::string& message);
+  void set_fatal_locked(const std::string& type, const std::string& message, int worker);
+  void release_task_slab_locked(int worker, const HeldTask& t);
+  bool releasable_locked() const;
+  void notify_locked();
+  void flush_all();
+
+  PipelineConfig config_;
+  std::shared_ptr<SlabStore> slabs_;
+  PipelineHooks hooks_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  bool iterable_ = false;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool waiting_ = false;           ///< the application thread waits in next()
+  bool closed_ = false;
+  uint64_t epoch_ = 0;             ///< 0: no epoch running
+  uint64_t epochs_started_ = 0;
+  uint64_t first_task_ = 0;
+  std::optional<TaskSource> source_;
+  std::unique_ptr<TaskDispatcher> dispatcher_;
+  std::unique_ptr<ReorderBuffer<Delivery>> buffer_;
+  std::optional<uint64_t> total_;
+  std::optional<Delivery> fatal_;
+  bool exhausted_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace loader::runtime

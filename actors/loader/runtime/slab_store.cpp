@@ -1,0 +1,72 @@
+#include "loader/runtime/slab_store.h"
+
+#include "loader/warnings.h"
+
+namespace loader::runtime {
+
+SlabStore::SlabStore(int num_workers, SlabPolicy policy, bool pin, std::shared_ptr<PinTracker> tracker)
+    : directory_(std::make_shared<SlabDirectory>()), pin_(pin), tracker_(std::move(tracker)) {
+  if (!policy.budget) policy.budget = std::make_shared<SlabBudget>();
+  if (!tracker_) tracker_ = std::make_shared<PinTracker>(pin);
+  for (int w = 0; w < num_workers; ++w) workers_.push_back(std::make_unique<WorkerSlabs>(w, policy, directory_));
+}
+
+SlabStore::~SlabStore() {
+  for (auto& [id, p] : pins_) unpin_region(p.segment->data(), p.segment->size(), p.backend);
+}
+
+void SlabStore::settle_locked(int worker) {
+  auto& ws = *workers_[static_cast<size_t>(worker)];
+  for (uint64_t id : ws.take_dropped()) {
+    dropped_.push_back(id);
+    auto it = pins_.find(id);
+    if (it != pins_.end()) {
+      unpin_region(it->second.segment->data(), it->second.segment->size(), it->second.backend);
+      pins_.erase(it);
+    }
+  }
+  for (uint64_t id : ws.take_new()) {
+    if (!pin_) continue;
+    auto seg = ws.segment(id);
+    PinResult r = pin_region(seg->data(), seg->size());
+    pins_[id] = Pin{seg, r.backend};
+    directory_->set_pinned(id, r.pinned);
+    if (tracker_->record(r)) warn(std::string("pin_memory=true but batches are not CUDA-pinned: ") + r.reason);
+  }
+}
+
+std::optional<uint64_t> SlabStore::acquire(int worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = workers_[static_cast<size_t>(worker)]->acquire();
+  settle_locked(worker);
+  return r;
+}
+
+uint64_t SlabStore::acquire_at_least(int worker, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t r = workers_[static_cast<size_t>(worker)]->acquire_at_least(bytes);
+  settle_locked(worker);
+  return r;
+}
+
+void SlabStore::release(int worker, uint64_t slab) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (worker < 0 || static_cast<size_t>(worker) >= workers_.size()) return;
+  workers_[static_cast<size_t>(worker)]->release(slab);
+  settle_locked(worker);
+}
+
+void SlabStore::size_for(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& w : workers_) w->size_for(bytes);
+}
+
+std::vector<uint64_t> SlabStore::dropped_since(size_t& cursor) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> out(dropped_.begin() + static_cast<std::ptrdiff_t>(std::min(cursor, dropped_.size())),
+                            dropped_.end());
+  cursor = dropped_.size();
+  return out;
+}
+
+}  // namespace loader::runtime

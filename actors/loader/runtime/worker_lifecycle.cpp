@@ -1,0 +1,176 @@
+#include "loader/runtime/worker_lifecycle.h"
+
+#include <cstring>
+#include <sstream>
+
+namespace loader::runtime {
+
+namespace {
+const char* signal_abbrev(int sig) {
+  switch (sig) {
+    case 9: return "SIGKILL";
+    case 11: return "SIGSEGV";
+    case 7: return "SIGBUS";
+    case 6: return "SIGABRT";
+    case 15: return "SIGTERM";
+    case 2: return "SIGINT";
+    case 8: return "SIGFPE";
+    case 4: return "SIGILL";
+    case 1: return "SIGHUP";
+    case 13: return "SIGPIPE";
+    default: return nullptr;
+  }
+}
+std::string signal_name(int sig) {
+  const char* n = strsignal(sig);
+  return n ? n : ("signal " + std::to_string(sig));
+}
+}  // namespace
+
+std::string WorkerExit::pytorch_sentence(int pid) const {
+  const std::string who = "DataLoader worker (pid " + std::to_string(pid) + ")";
+  switch (kind) {
+    case Kind::Signal: return who + " is killed by signal: " + signal_name(code) + ".";
+    case Kind::ExitCode:
+      return who + " exited unexpectedly with exit code " + std::to_string(code) + ".";
+    case Kind::Frozen:
+      return who + " exited unexpectedly: it was frozen (stopped by a signal such as SIGSTOP, or by a debugger) "
+                   "and answered nothing for " + detail + "; it was killed.";
+    case Kind::ClosedLink:
+      return who + " exited unexpectedly: it closed its connection to the main process" +
+             (detail.empty() ? std::string() : " (" + detail + ")") + ".";
+    case Kind::StartFailed: return who + " exited unexpectedly: it could not start: " + detail + ".";
+  }
+  return who + " exited unexpectedly.";
+}
+
+std::string WorkerExit::describe() const {
+  switch (kind) {
+    case Kind::Signal: {
+      const char* a = signal_abbrev(code);
+      return "killed by signal: " + signal_name(code) + " (" + (a ? std::string(a) + ", " : "") +
+             std::to_string(code) + ")";
+    }
+    case Kind::ExitCode: return "exited with status " + std::to_string(code);
+    case Kind::Frozen: return "was frozen for " + detail + " and killed";
+    case Kind::ClosedLink: return "closed its connection" + (detail.empty() ? std::string() : " (" + detail + ")");
+    case Kind::StartFailed: return "could not start: " + detail;
+  }
+  return "exited";
+}
+
+const char* to_string(WorkerLifecycle::State s) {
+  switch (s) {
+    case WorkerLifecycle::State::Idle: return "idle";
+    case WorkerLifecycle::State::Starting: return "starting";
+    case WorkerLifecycle::State::Running: return "running";
+    case WorkerLifecycle::State::Restarting: return "restarting";
+    case WorkerLifecycle::State::Dead: return "dead";
+  }
+  return "?";
+}
+
+uint32_t WorkerLifecycle::start() {
+  if (state_ == State::Dead) return gen_;
+  ++gen_;
+  pid_ = -1;
+  state_ = State::Starting;
+  return gen_;
+}
+
+void WorkerLifecycle::set_pid(uint32_t gen, int pid) {
+  if (current(gen)) pid_ = pid;
+}
+
+bool WorkerLifecycle::ready(uint32_t gen) {
+  if (!current(gen) || state_ != State::Starting) return false;
+  state_ = State::Running;
+  return true;
+}
+
+WorkerLifecycle::Decision WorkerLifecycle::down(uint32_t gen, const WorkerExit& how) {
+  Decision d;
+  if (!current(gen) || state_ == State::Restarting) return d;  // stale, or already handled
+  const std::string sentence = how.pytorch_sentence(pid_);
+  std::string held = describe_held();
+  if (restartable_ && restarts_ < max_restarts_) {
+    ++restarts_;
+    state_ = State::Restarting;
+    d.kind = Decision::Kind::Restart;
+    for (const auto& [task, t] : held_) d.reissue.push_back(task);
+    d.message = sentence + " Restarting DataLoader worker " + std::to_string(id_) + " (restart " +
+                std::to_string(restarts_) + " of " + std::to_string(max_restarts_) + ") and re-issuing its " +
+                std::to_string(d.reissue.size()) + " unfinished task(s)" + (held.empty() ? "" : ": " + held) + ".";
+    return d;
+  }
+  std::string msg = sentence + " It was DataLoader worker " + std::to_string(id_) + " (" + how.describe() + ")";
+  if (held_.empty()) msg += " and held no unfinished task.";
+  else msg += " and held " + std::to_string(held_.size()) + " unfinished task(s): " + held + ".";
+  if (!restartable_ && max_restarts_ > 0)
+    msg += " Workers of iterable datasets are not restarted (their stream position is lost).";
+  else if (max_restarts_ == 0)
+    msg += " Set DataLoaderOptions::max_worker_restarts to restart dead workers.";
+  else
+    msg += " It was restarted " + std::to_string(restarts_) + " time(s) already (max_worker_restarts).";
+  state_ = State::Dead;
+  fatal_type_ = "RuntimeError";
+  fatal_message_ = msg;
+  d.kind = Decision::Kind::Fail;
+  d.message = msg;
+  return d;
+}
+
+bool WorkerLifecycle::fail(uint32_t gen, const std::string& type, const std::string& message) {
+  if (state_ == State::Dead || gen != gen_) return false;
+  state_ = State::Dead;
+  fatal_type_ = type.empty() ? "RuntimeError" : type;
+  fatal_message_ = message;
+  return true;
+}
+
+std::optional<HeldTask> WorkerLifecycle::release(uint64_t task) {
+  auto it = held_.find(task);
+  if (it == held_.end()) return std::nullopt;
+  HeldTask t = std::move(it->second);
+  held_.erase(it);
+  return t;
+}
+
+HeldTask* WorkerLifecycle::find(uint64_t task) {
+  auto it = held_.find(task);
+  return it == held_.end() ? nullptr : &it->second;
+}
+
+std::vector<uint64_t> WorkerLifecycle::drop_other_epochs(uint64_t epoch) {
+  std::vector<uint64_t> slabs;
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->second.epoch != epoch) {
+      if (it->second.slab) slabs.push_back(it->second.slab);
+      it = held_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return slabs;
+}
+
+std::map<uint64_t, HeldTask> WorkerLifecycle::take_all() {
+  std::map<uint64_t, HeldTask> out;
+  out.swap(held_);
+  return out;
+}
+
+std::string WorkerLifecycle::describe_held() const {
+  std::ostringstream os;
+  bool first = true;
+  for (const auto& [task, t] : held_) {
+    os << (first ? "" : "; ") << "task " << task << ": [";
+    first = false;
+    for (size_t i = 0; i < t.indices.size() && i < 16; ++i) os << (i ? ", " : "") << t.indices[i];
+    if (t.indices.size() > 16) os << ", ... (" << t.indices.size() << " indices)";
+    os << "]";
+  }
+  return os.str();
+}
+
+}  // namespace loader::runtime

@@ -1,0 +1,122 @@
+// WorkerLifecycle: the state machine of one worker slot, with no thread, process or
+// actor in it.  The pipeline (pipeline.h) drives it under its lock; tests drive it
+// directly.
+//
+//                start(g)              ready(g)
+//     Idle ───────────────► Starting ───────────► Running
+//                              │ down(g)             │ down(g)
+//                              ▼                     ▼
+//                 ┌──── restartable and restarts left? ────┐
+//                 │ yes                                     │ no
+//                 ▼                                         ▼
+//            Restarting ── start(g+1) ──► Starting        Dead  (the fatal error is
+//                                                               kept: every later epoch
+//     fail(g, why) from any state ─────────────────────►  Dead  gets it at once)
+//
+// Generations: every process (or thread) incarnation of the slot gets a new
+// generation g, and every event names the generation it comes from.  An event of an
+// older generation is stale and ignored, so a link-down posted by the reader of a
+// stopped process can never be applied to its successor.
+//
+// Tasks: the slot keeps every task sent to it and not answered yet, in task order.
+// When the worker dies they are either re-issued to the next incarnation (restart)
+// or answered with the fatal error: no task is ever left without an answer.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loader/fetch.h"
+
+namespace loader::runtime {
+
+/// How a worker process ended (or why it is considered dead), in PyTorch's words.
+struct WorkerExit {
+  enum class Kind { Signal, ExitCode, Frozen, ClosedLink, StartFailed } kind = Kind::ClosedLink;
+  int code = 0;            ///< signal number or exit status
+  std::string detail;      ///< extra words (e.g. why a start failed)
+  /// PyTorch's sentence: "DataLoader worker (pid 12) is killed by signal: Killed."
+  std::string pytorch_sentence(int pid) const;
+  /// Short form for warnings: "killed by signal: Killed (SIGKILL, 9)".
+  std::string describe() const;
+};
+
+/// A task sent to the worker and not answered yet.
+struct HeldTask {
+  uint64_t epoch = 0;
+  IndexBatch indices;
+  uint64_t slab = 0;  ///< slab the batch is written into (0: none yet)
+};
+
+class WorkerLifecycle {
+ public:
+  enum class State { Idle, Starting, Running, Restarting, Dead };
+
+  /// What the slot's owner must do after a worker went down.
+  struct Decision {
+    enum class Kind { Ignore, Restart, Fail } kind = Kind::Ignore;
+    std::vector<uint64_t> reissue;  ///< Restart: tasks to send again, in order
+    std::string message;            ///< Restart: the warning; Fail: the fatal error
+  };
+
+  WorkerLifecycle(int worker_id, int max_restarts, bool restartable)
+      : id_(worker_id), max_restarts_(max_restarts), restartable_(restartable) {}
+
+  // ---- events (each names its generation; stale ones are ignored)
+  /// A new incarnation is being started; returns its generation.  From Idle or
+  /// Restarting; the slot is Starting afterwards.
+  uint32_t start();
+  /// The incarnation `gen` runs as process `pid` (-1 for a thread).
+  void set_pid(uint32_t gen, int pid);
+  /// The incarnation `gen` finished its start-up handshake.
+  bool ready(uint32_t gen);
+  /// The incarnation `gen` is gone (`how`): restart it or fail for good.
+  Decision down(uint32_t gen, const WorkerExit& how);
+  /// The slot fails for good (init error, protocol error, failed restart).
+  /// Returns false when `gen` is stale or the slot is already dead.
+  bool fail(uint32_t gen, const std::string& type, const std::string& message);
+
+  // ---- tasks
+  void hold(uint64_t task, HeldTask t) { held_[task] = std::move(t); }
+  /// Removes and returns task `task` if this slot holds it.
+  std::optional<HeldTask> release(uint64_t task);
+  HeldTask* find(uint64_t task);
+  const std::map<uint64_t, HeldTask>& held() const { return held_; }
+  /// Drops every task of an epoch other than `epoch`; returns their slabs.
+  std::vector<uint64_t> drop_other_epochs(uint64_t epoch);
+  /// Removes every held task (they are answered by the caller); returns them.
+  std::map<uint64_t, HeldTask> take_all();
+
+  // ---- queries
+  State state() const { return state_; }
+  uint32_t generation() const { return gen_; }
+  bool current(uint32_t gen) const { return gen == gen_ && state_ != State::Dead; }
+  bool dead() const { return state_ == State::Dead; }
+  bool accepting() const { return state_ == State::Starting || state_ == State::Running; }
+  int pid() const { return pid_; }
+  int restarts() const { return restarts_; }
+  int id() const { return id_; }
+  const std::string& fatal_type() const { return fatal_type_; }
+  const std::string& fatal_message() const { return fatal_message_; }
+  /// "task 5: [20, 21, 22, 23]; task 7: [...]" for messages.
+  std::string describe_held() const;
+
+ private:
+  int id_;
+  int max_restarts_;
+  bool restartable_;
+  State state_ = State::Idle;
+  uint32_t gen_ = 0;
+  int pid_ = -1;
+  int restarts_ = 0;
+  std::map<uint64_t, HeldTask> held_;
+  std::string fatal_type_;
+  std::string fatal_message_;
+};
+
+const char* to_string(WorkerLifecycle::State s);
+
+}  // namespace loader::runtime

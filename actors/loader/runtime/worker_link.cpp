@@ -1,0 +1,148 @@
+#include "loader/runtime/worker_link.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+
+#include "loader/error.h"
+#include "loader/runtime/worker_main_loop.h"
+
+namespace loader::runtime {
+
+WorkerLink::WorkerLink(const Spec& spec, LinkEvents* events)
+    : spec_(spec), events_(events) {
+  if (spec_.in_process) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+      throw RuntimeError("cannot create a socket for DataLoader worker " + std::to_string(spec_.worker_id) + ": " +
+                         std::strerror(errno));
+    sock_ = sv[0];
+    thread_sock_ = sv[1];
+    try {
+      worker_thread_ = std::thread([fd = thread_sock_] { run_worker_loop(fd, /*parent=*/0); });
+    } catch (const std::exception& e) {
+      ::close(sock_);
+      ::close(thread_sock_);
+      throw RuntimeError("cannot start the thread of in-process DataLoader worker " + std::to_string(spec_.worker_id) +
+                         ": " + e.what());
+    }
+  } else {
+    child_ = ChildProcess::spawn_worker(spec_.worker_id, spec_.executable);
+    sock_ = child_.socket();
+    pid_ = child_.pid();
+  }
+  try {
+    reader_ = std::thread([this] { read_loop(); });
+  } catch (const std::exception& e) {
+    stopping_ = true;
+    if (sock_ >= 0) ::shutdown(sock_, SHUT_RDWR);
+    if (worker_thread_.joinable()) worker_thread_.join();
+    if (thread_sock_ >= 0) ::close(thread_sock_);
+    if (spec_.in_process && sock_ >= 0) ::close(sock_);
+    child_.terminate(0);
+    throw RuntimeError("cannot start the reader thread of DataLoader worker " + std::to_string(spec_.worker_id) +
+                       ": " + e.what() + " (is the process or thread limit reached?)");
+  }
+}
+
+WorkerLink::~WorkerLink() { stop(); }
+
+bool WorkerLink::send(FrameType type, const std::string& body, int fd) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (sock_ < 0 || stopping_.load(std::memory_order_relaxed)) return false;
+  return write_frame(sock_, type, body, fd);
+}
+
+void WorkerLink::read_loop() {
+  Frame f;
+  while (true) {
+    ReadStatus st = read_frame(sock_, f, -1);
+    if (st != ReadStatus::Ok) break;
+    events_->on_frame(spec_.worker_id, spec_.generation, f);
+    if (f.fd >= 0) {
+      ::close(f.fd);
+      f.fd = -1;
+    }
+    f.body.clear();
+  }
+  if (stopping_.load()) return;  // our own stop(): nothing to report
+  WorkerExit how = reap_after_eof();
+  if (stopping_.load()) return;
+  events_->on_down(spec_.worker_id, spec_.generation, how);
+}
+
+WorkerExit WorkerLink::reap_after_eof() {
+  {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    if (forced_) {
+      child_.wait_exit(2000);
+      return *forced_;
+    }
+  }
+  if (spec_.in_process) return WorkerExit{WorkerExit::Kind::ClosedLink, 0, "the worker thread ended"};
+  // The socket closes while the process exits: the exit status follows at once.
+  if (auto st = child_.wait_exit(2000)) {
+    if (st->signaled) return WorkerExit{WorkerExit::Kind::Signal, st->code, ""};
+    return WorkerExit{WorkerExit::Kind::ExitCode, st->code, ""};
+  }
+  child_.kill(SIGKILL);
+  child_.wait_exit(2000);
+  return WorkerExit{WorkerExit::Kind::ClosedLink, 0, "it was still running and was killed"};
+}
+
+void WorkerLink::kill_with_reason(const WorkerExit& how) {
+  {
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    if (!forced_) forced_ = std::make_unique<WorkerExit>(how);
+  }
+  if (pid_ > 0) ::kill(pid_, SIGKILL);
+  // A grandchild may still hold the child's end: make sure the reader wakes.
+  if (sock_ >= 0) ::shutdown(sock_, SHUT_RDWR);
+}
+
+char WorkerLink::process_state() const {
+  if (pid_ <= 0) return '?';
+  std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  auto rp = stat.rfind(')');
+  return rp == std::string::npos || rp + 2 >= stat.size() ? '?' : stat[rp + 2];
+}
+
+std::optional<WorkerExit> WorkerLink::exited_with_socket_open() const {
+  if (pid_ <= 0) return std::nullopt;
+  auto st = child_.exited_unreaped();
+  if (!st) return std::nullopt;
+  return WorkerExit{st->signaled ? WorkerExit::Kind::Signal : WorkerExit::Kind::ExitCode, st->code, ""};
+}
+
+void WorkerLink::stop() {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  stopping_ = true;
+  {
+    // No writer is in the middle of a frame once we hold the write lock.
+    std::lock_guard<std::mutex> w(write_mu_);
+    if (sock_ >= 0) ::shutdown(sock_, SHUT_RDWR);
+  }
+  if (reader_.joinable()) reader_.join();
+  if (spec_.in_process) {
+    if (worker_thread_.joinable()) worker_thread_.join();
+    if (thread_sock_ >= 0) ::close(thread_sock_);
+    if (sock_ >= 0) ::close(sock_);
+    thread_sock_ = sock_ = -1;
+  } else {
+    child_.terminate();  // closes the socket, SIGTERM after a grace period, SIGKILL, reap
+    sock_ = -1;
+  }
+}
+
+}  // namespace loader::runtime

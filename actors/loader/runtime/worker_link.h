@@ -1,0 +1,96 @@
+// WorkerLink: one incarnation of a worker (a child process, or a thread for
+// WorkerMode::InProcess), the socket to it and the thread that reads that socket.
+// Owned by exactly one WorkerPool slot; move-free (held by unique_ptr).
+//
+// Threads and who calls what:
+//   - start(), stop(), kill_frozen(): the owner (the pool: application thread or
+//     the supervisor actor), never two at once (the pool serialises them).
+//   - send(): any thread; writes are serialised by the link's write mutex.
+//   - the reader thread calls LinkEvents::on_frame for every frame, then
+//     LinkEvents::on_down exactly once when the socket breaks (unless stop() was
+//     called first): it reaps the process itself, so it can say how it ended.
+//
+// Teardown order (stop): shut the socket down (the worker sees EOF and exits; the
+// reader wakes), join the reader, then end the process (SIGTERM after a grace
+// period, SIGKILL, reap) or join the worker thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "loader/runtime/child_process.h"
+#include "loader/runtime/wire.h"
+#include "loader/runtime/worker_lifecycle.h"
+
+namespace loader::runtime {
+
+/// What a link reports; implemented by the pipeline.  Called on the link's reader thread.
+class LinkEvents {
+ public:
+  virtual ~LinkEvents() = default;
+  virtual void on_frame(int worker, uint32_t gen, Frame& frame) = 0;
+  /// The incarnation is gone; `how` says how (its process is reaped already).
+  virtual void on_down(int worker, uint32_t gen, const WorkerExit& how) = 0;
+};
+
+class WorkerLink {
+ public:
+  struct Spec {
+    int worker_id = 0;
+    uint32_t generation = 0;
+    bool in_process = false;     ///< a thread of this process instead of a child process
+    std::string executable;      ///< worker program; empty: this program (/proc/self/exe)
+  };
+
+  /// Starts the worker and its reader.  Throws RuntimeError when it cannot start.
+  /// `events` must outlive the link (the pipeline owns its links).
+  WorkerLink(const Spec& spec, LinkEvents* events);
+  ~WorkerLink();
+  WorkerLink(const WorkerLink&) = delete;
+  WorkerLink& operator=(const WorkerLink&) = delete;
+
+  /// Writes one frame (optionally passing `fd`).  False once the link is broken.
+  bool send(FrameType type, const std::string& body, int fd = -1);
+  /// Ends the incarnation (see the teardown order above).  Idempotent.
+  void stop();
+  /// For the watchdog: the process is frozen (or exited while a grandchild keeps
+  /// the socket open, or never said hello): kill it; the reader reports `how`.
+  void kill_with_reason(const WorkerExit& how);
+  /// The process state letter from /proc ('R', 'S', 'T', ...; '?' for a thread).
+  char process_state() const;
+  /// How the process ended, when it exited but its socket is still open (a
+  /// grandchild holds it); nullopt while it runs.  Does not reap.
+  std::optional<WorkerExit> exited_with_socket_open() const;
+
+  int pid() const { return pid_; }
+  uint32_t generation() const { return spec_.generation; }
+  int worker_id() const { return spec_.worker_id; }
+
+ private:
+  void read_loop();
+  WorkerExit reap_after_eof();
+
+  Spec spec_;
+  LinkEvents* events_;
+  ChildProcess child_;           // process workers
+  int sock_ = -1;                // our end (the child's socket, or a socketpair for threads)
+  int thread_sock_ = -1;         // in-process: the worker thread's end
+  std::thread worker_thread_;    // in-process workers
+  std::thread reader_;
+  int pid_ = -1;
+  std::mutex write_mu_;
+  std::mutex stop_mu_;
+  std::atomic<bool> stopping_{false};
+  std::mutex reason_mu_;
+  std::unique_ptr<WorkerExit> forced_;  // why the watchdog killed it
+  bool stopped_ = false;
+};
+
+}  // namespace loader::runtime
