@@ -10,7 +10,7 @@
 //   bridge-actor  the same link as the runtime drives it: a scoped_actor (or a pooled
 //                 driver actor) requests a detached proxy actor, which writes a Task
 //                 frame; a reader thread anon_sends each Result frame to the proxy,
-//                 which delivers the response promise (actors.cpp's WorkerLink).
+//                 which delivers the response promise (the design of the runtime's first WorkerLink).
 //   caf-io        CAF's io middleman on loopback: the parent io::publish()es a
 //                 registrar, the child io::remote_actor()s it and registers its worker.
 //   in-process    scoped_actor request -> reply to a pooled / detached actor.
@@ -151,10 +151,13 @@ void emit(json j) {
 // ------------------------------------------------------------------ CAF types
 using bench_worker =
     caf::typed_actor<caf::replies_to<uint64_t, std::vector<int64_t>>::with<uint64_t, std::string>>;
-using loader::runtime::frame_atom;
-using loader::runtime::linkdown_atom;
+/// The notices a reader thread posts to the proxy of a bridged worker (the design
+/// the runtime used before its batch path moved out of actors; kept here as the
+/// measured alternative, see docs/transport.md).
+using frame_atom = caf::atom_constant<caf::atom("frame")>;
+using linkdown_atom = caf::atom_constant<caf::atom("linkdown")>;
 /// The parent-side proxy of a bridged worker: the worker interface plus the notices
-/// of its reader thread, exactly as the runtime's worker_impl_actor extends worker_actor.
+/// of its reader thread.
 using bridge_proxy_actor =
     bench_worker::extend<caf::reacts_to<frame_atom, uint8_t, std::string>, caf::reacts_to<linkdown_atom>>;
 
@@ -360,7 +363,7 @@ void bench_bridge_raw(int round_trips, int pipelined, int spawns) {
 }
 
 // ------------------------------------------------------------------ bridge, actor
-/// The worker process and its reader thread (actors.cpp's WorkerLink, reduced).
+/// The worker process and its reader thread (the runtime's first WorkerLink, reduced).
 struct BridgeLink {
   ChildProcess child;
   std::thread reader;
