@@ -1,23 +1,28 @@
-// A class-balanced batch sampler written by the user, over imbalanced data.
-//
-// PyTorch users with imbalanced classes often write an "equi-batch" sampler: every
-// batch cycles through the classes (c0, c1, ..., c9, c0, c1, ...), each class drawing
-// from its own shuffled pool, reshuffled when it runs out, so rare classes are
-// oversampled and every batch is balanced.  Here it is a BatchSamplerBase subclass
-// handed to DataLoaderOptions::batch_sampler; the batches are loaded by worker
-// processes like any others.
+// Class-balanced batches over imbalanced, multi-label data with the library's
+// EquiBatchSampler (the samplers document's DistributedEquiBatchSampler).
 //
 // The data: Fashion-MNIST's training set made imbalanced by keeping (c + 1) * 10% of
-// class c (600 T-shirts ... 6000 ankle boots).  The demo prints the class counts of
-// the first batches and of a whole epoch, shuffled plainly and balanced.
+// class c (600 T-shirts ... 6000 ankle boots), with labels derived from the classes so that
+// an image can carry several: its class c (0..9) and, for tops and shoes, a group label,
+// 10 "top" (T-shirt/top, Pullover, Coat, Shirt) or 11 "footwear" (Sandal, Sneaker, Ankle
+// boot).  The sampler sees 12 labels; each epoch it draws a pool of --balanced-coef images
+// per label (rare classes oversampled, common ones subsampled) and fills every batch from
+// one label, the labels taking turns, so each label gets the same number of batches.
+// The batches are loaded by worker processes like any others.
 //
-//   build/demos/class_balanced_sampler [--workers 2] [--batch-size 100]
+// The demo prints the class counts of the first batches and of a whole epoch, shuffled
+// plainly and balanced, and how many batches each label got.
+//
+//   build/demos/class_balanced_sampler [--workers 2] [--batch-size 64] [--balanced-coef 640] [--seed 0]
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "loader/dataloader.h"
+#include "loader/datasets.h"
+#include "loader/equibatch_sampler.h"
 #include "loader/fashion_mnist.h"
 #include "loader/generator.h"
 #include "loader/runtime/worker_main.h"
@@ -25,57 +30,33 @@
 
 namespace {
 
-/// Batches of `batch_size` indices that cycle through the classes.  One pass yields
-/// `num_batches` batches (default: as many as the indices fill).
-class ClassBalancedBatchSampler final : public loader::BatchSamplerBase {
- public:
-  ClassBalancedBatchSampler(const std::vector<int64_t>& indices, const std::vector<int64_t>& labels,
-                            int64_t num_classes, int64_t batch_size, std::shared_ptr<loader::Generator> generator)
-      : pools_(static_cast<size_t>(num_classes)), batch_size_(batch_size), generator_(std::move(generator)),
-        num_batches_(static_cast<int64_t>(indices.size()) / batch_size) {
-    for (size_t k = 0; k < indices.size(); ++k) pools_[static_cast<size_t>(labels[k])].push_back(indices[k]);
-    for (const auto& p : pools_)
-      if (p.empty()) throw loader::ValueError("ClassBalancedBatchSampler: a class has no samples");
+constexpr int64_t kTop = 10, kFootwear = 11;
+
+/// The labels of an image of class c: c, plus its group when it has one.
+std::vector<int64_t> labels_of(int64_t c) {
+  if (c == 0 || c == 2 || c == 4 || c == 6) return {c, kTop};
+  if (c == 5 || c == 7 || c == 9) return {c, kFootwear};
+  return {c};
+}
+
+/// The one label every image of a batch carries (its class, else its group), or -1.
+int64_t label_of_batch(const std::vector<int64_t>& classes) {
+  for (int64_t candidate : {classes.at(0), labels_of(classes.at(0)).back()}) {
+    bool all = true;
+    for (int64_t c : classes) {
+      const auto l = labels_of(c);
+      all = all && (l.front() == candidate || l.back() == candidate);
+    }
+    if (all) return candidate;
   }
+  return -1;
+}
 
-  std::unique_ptr<loader::Cursor<loader::IndexBatch>> iter() override {
-    struct Pass {
-      std::vector<std::vector<int64_t>> order;  // each class's pool, shuffled
-      std::vector<size_t> next;                 // position in each pool
-      size_t cls = 0;                           // class of the next sample
-      int64_t batches_left;
-    };
-    auto pass = std::make_shared<Pass>();
-    pass->order.resize(pools_.size());
-    pass->next.assign(pools_.size(), 0);
-    pass->batches_left = num_batches_;
-    return loader::make_cursor<loader::IndexBatch>([this, pass]() -> std::optional<loader::IndexBatch> {
-      if (pass->batches_left-- <= 0) return std::nullopt;
-      loader::IndexBatch batch;
-      batch.reserve(static_cast<size_t>(batch_size_));
-      while (static_cast<int64_t>(batch.size()) < batch_size_) {
-        const size_t c = pass->cls;
-        pass->cls = (pass->cls + 1) % pools_.size();
-        if (pass->next[c] == pass->order[c].size()) {  // pool used up (or first use): reshuffle
-          pass->order[c].clear();
-          for (int64_t i : loader::randperm(static_cast<int64_t>(pools_[c].size()), *generator_))
-            pass->order[c].push_back(pools_[c][static_cast<size_t>(i)]);
-          pass->next[c] = 0;
-        }
-        batch.push_back(pass->order[c][pass->next[c]++]);
-      }
-      return batch;
-    });
-  }
-
-  std::optional<int64_t> size() const override { return num_batches_; }
-
- private:
-  std::vector<std::vector<int64_t>> pools_;
-  int64_t batch_size_;
-  std::shared_ptr<loader::Generator> generator_;
-  int64_t num_batches_;
-};
+std::string label_name(int64_t label) {
+  if (label == kTop) return "top (group)";
+  if (label == kFootwear) return "footwear (group)";
+  return loader::FashionMNIST::classes()[static_cast<size_t>(label)];
+}
 
 std::string counts_text(const std::vector<int64_t>& c) {
   std::string s;
@@ -87,10 +68,12 @@ std::string counts_text(const std::vector<int64_t>& c) {
   return s;
 }
 
-// One epoch: class counts of the first three batches and of the whole epoch.
-void show(const char* title, loader::DataLoader& dl) {
+// One epoch: class counts of the first three batches and of the whole epoch.  With a
+// sampler, each batch is also named by the label it was drawn for.
+void show(const char* title, loader::DataLoader& dl, const loader::EquiBatchSampler* sampler = nullptr) {
   std::printf("%s, %lld batches:\n", title, static_cast<long long>(dl.size()));
   std::vector<int64_t> total(10, 0);
+  std::map<int64_t, int64_t> per_label;  // batches per label, judged from their images' classes
   int64_t b = 0;
   for (loader::Value& batch : dl) {
     std::vector<int64_t> counts(10, 0);
@@ -102,10 +85,22 @@ void show(const char* title, loader::DataLoader& dl) {
       std::printf(" ...\n");
     }
     for (size_t c = 0; c < 10; ++c) total[c] += counts[c];
-    if (b < 3) std::printf("  batch %-8lld%s\n", static_cast<long long>(b), counts_text(counts).c_str());
+    ++per_label[label_of_batch(labels)];
+    if (b < 3) {
+      std::printf("  batch %-8lld%s", static_cast<long long>(b), counts_text(counts).c_str());
+      if (sampler) {
+        const int64_t label = sampler->classes()[static_cast<size_t>(b % sampler->num_classes())];
+        std::printf("   <- label %lld, %s", static_cast<long long>(label), label_name(label).c_str());
+      }
+      std::printf("\n");
+    }
     ++b;
   }
   std::printf("  one epoch     %s\n", counts_text(total).c_str());
+  std::printf("  batches whose images all share a label:");
+  for (const auto& [label, n] : per_label)
+    if (label >= 0) std::printf(" %lld:%lld", static_cast<long long>(label), static_cast<long long>(n));
+  std::printf("  (mixed: %lld)\n", static_cast<long long>(per_label.count(-1) ? per_label[-1] : 0));
 }
 
 }  // namespace
@@ -113,31 +108,42 @@ void show(const char* title, loader::DataLoader& dl) {
 int main(int argc, char** argv) {
   if (auto rc = loader::runtime::run_worker_if_requested(argc, argv)) return *rc;
   int workers = 2;
-  int64_t batch_size = 100;
+  int64_t batch_size = 64, balanced_coef = 640;
+  uint64_t seed = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--workers") workers = std::atoi(argv[i + 1]);
     else if (a == "--batch-size") batch_size = std::atoll(argv[i + 1]);
+    else if (a == "--balanced-coef") balanced_coef = std::atoll(argv[i + 1]);
+    else if (a == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: class_balanced_sampler [--workers W] [--batch-size B]\n");
+      std::fprintf(stderr,
+                   "usage: class_balanced_sampler [--workers W] [--batch-size B] [--balanced-coef C] [--seed S]\n");
       return 2;
     }
   }
+  if ((argc - 1) % 2 != 0) {
+    std::fprintf(stderr, "usage: class_balanced_sampler [--workers W] [--batch-size B] [--balanced-coef C] [--seed S]\n");
+    return 2;
+  }
   try {
     loader::register_fashion_mnist();
-    auto ds = loader::make_dataset({"fashion_mnist", loader::Value::dict({{"train", true}})});
-    const auto& fm = static_cast<const loader::FashionMNIST&>(*ds);
+    loader::register_builtin_datasets();  // "subset", so that worker processes can rebuild it
+    auto full = loader::make_dataset({"fashion_mnist", loader::Value::dict({{"train", true}})});
+    const auto& fm = static_cast<const loader::FashionMNIST&>(*full);
 
     // Keep (c + 1) * 10% of class c: the first samples of each class, in dataset order.
-    std::vector<int64_t> kept, kept_labels, have(10, 0), keep(10);
+    std::vector<int64_t> kept, have(10, 0), keep(10);
+    std::vector<std::vector<int64_t>> idx2labels;  // per index of the subset
     for (int64_t c = 0; c < 10; ++c) keep[static_cast<size_t>(c)] = 6000 * (c + 1) / 10;
     for (int64_t i = 0; i < fm.size(); ++i) {
-      const auto c = static_cast<size_t>(fm.label(i));
-      if (have[c]++ < keep[c]) {
+      const int64_t c = fm.label(i);
+      if (have[static_cast<size_t>(c)]++ < keep[static_cast<size_t>(c)]) {
         kept.push_back(i);
-        kept_labels.push_back(static_cast<int64_t>(c));
+        idx2labels.push_back(labels_of(c));
       }
     }
+    auto ds = std::make_shared<loader::Subset>(full, kept);
     std::printf("imbalanced Fashion-MNIST: %zu of %lld training images, %d workers\n", kept.size(),
                 static_cast<long long>(fm.size()), workers);
     std::printf("  class         ");
@@ -147,16 +153,23 @@ int main(int argc, char** argv) {
     loader::DataLoaderOptions plain;
     plain.batch_size = batch_size;
     plain.num_workers = workers;
-    plain.sampler = std::make_shared<loader::SubsetRandomSampler>(kept, std::make_shared<loader::Generator>(0));
+    plain.shuffle = true;
+    plain.generator = std::make_shared<loader::Generator>(seed);
     loader::DataLoader shuffled(ds, plain);
-    show("shuffled (SubsetRandomSampler)", shuffled);
+    show("shuffled (shuffle=true)", shuffled);
 
+    loader::EquiBatchSamplerOptions eo;
+    eo.balanced_coef = balanced_coef;
+    eo.seed = seed;
+    auto sampler = std::make_shared<loader::EquiBatchSampler>(idx2labels, batch_size, eo);
     loader::DataLoaderOptions balanced;
     balanced.num_workers = workers;
-    balanced.batch_sampler = std::make_shared<ClassBalancedBatchSampler>(kept, kept_labels, 10, batch_size,
-                                                                         std::make_shared<loader::Generator>(0));
+    balanced.batch_sampler = sampler;
     loader::DataLoader equi(ds, balanced);
-    show("class-balanced (ClassBalancedBatchSampler)", equi);
+    std::printf("\nEquiBatchSampler: %lld labels (10 classes + 2 groups), pools of %lld per label, batch_size %lld\n",
+                static_cast<long long>(sampler->num_classes()), static_cast<long long>(balanced_coef),
+                static_cast<long long>(batch_size));
+    show("class-balanced (EquiBatchSampler)", equi, sampler.get());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "class_balanced_sampler: %s\n", e.what());

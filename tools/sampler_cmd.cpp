@@ -3,12 +3,17 @@
 //
 //   loader sampler random --n 10 --seed 0 --epochs 2     {"epochs":[[4,1,7,...],[...]]}
 //   loader split --n 10 --lengths 0.3,0.7 --seed 1       {"splits":[[...],[...]]}
+//   loader sampler equibatch --labels labels.json --batch-size 4 --balanced-coef 12 --seed 0
+//                                                        {"epochs":[[[5,0,7,2],...]]}
 //
 // Every epoch draws from the same generator object, seeded once with --seed, as the
 // Python loop `g = torch.Generator().manual_seed(S); for e in range(E): list(sampler)`.
-// Bad arguments, including values the samplers reject, exit with status 2.
+// (`sampler equibatch` draws from Python's `random` instead: random.seed(S) once, then
+// bless() and one pass per epoch.)  Bad arguments, including values the samplers reject,
+// exit with status 2.
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -16,7 +21,9 @@
 #include <vector>
 
 #include "command.h"
+#include "loader/equibatch_sampler.h"
 #include "loader/error.h"
+#include "loader/python_random.h"
 #include "loader/random_split.h"
 #include "loader/samplers.h"
 
@@ -155,6 +162,61 @@ int run_batch(Args& args) {
   return print_epochs(sampler, epochs);
 }
 
+/// --labels FILE: a JSON list with, per dataset index, the list of its labels (a bare
+/// integer is one label).
+std::vector<std::vector<int64_t>> read_labels(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("--labels: cannot open '" + path + "'");
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::exception& e) {
+    throw UsageError("--labels: '" + path + "' is not valid JSON: " + e.what());
+  }
+  const std::string expected = "--labels: '" + path + "' must be a JSON list with, per dataset index, the list of its "
+                               "integer labels, e.g. [[0], [1, 2], [0]]";
+  if (!doc.is_array()) throw UsageError(expected + "; the top level is not a list");
+  std::vector<std::vector<int64_t>> labels;
+  labels.reserve(doc.size());
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const json& item = doc[i];
+    std::vector<int64_t> mine;
+    if (item.is_number_integer()) {
+      mine.push_back(item.get<int64_t>());
+    } else if (item.is_array()) {
+      for (const json& l : item) {
+        if (!l.is_number_integer())
+          throw UsageError(expected + "; index " + std::to_string(i) + " has the label " + l.dump());
+        mine.push_back(l.get<int64_t>());
+      }
+    } else {
+      throw UsageError(expected + "; index " + std::to_string(i) + " is " + item.dump());
+    }
+    labels.push_back(std::move(mine));
+  }
+  return labels;
+}
+
+int run_equibatch(Args& args) {
+  const auto labels = read_labels(args.require("labels"));
+  const int64_t batch_size = args.require_int("batch-size");
+  EquiBatchSamplerOptions options;
+  options.balanced_coef = args.require_int("balanced-coef");
+  const bool has_replicas = args.get("num-replicas").has_value(), has_rank = args.get("rank").has_value();
+  if (has_replicas != has_rank) throw UsageError("--num-replicas and --rank go together: give both or neither");
+  if (has_replicas) {
+    options.num_replicas = args.require_int("num-replicas");
+    options.rank = args.require_int("rank");
+  }
+  // Python's random.seed takes any integer: no 64-bit limit here.
+  const std::string seed = args.require("seed");
+  options.generator = rejecting_bad_values([&] { return std::make_shared<PythonRandom>(PythonRandom::from_decimal(seed)); });
+  const int64_t epochs = epochs_option(args);
+  args.finish();
+  auto sampler = rejecting_bad_values([&] { return EquiBatchSampler(labels, batch_size, options); });
+  return print_epochs(sampler, epochs);
+}
+
 /// "3,7" are integer lengths; "0.3,0.7" (any part that is not an integer) fractions.
 SplitLengths parse_lengths(const std::string& text) {
   std::vector<int64_t> ints;
@@ -209,6 +271,10 @@ LOADER_TOOL_COMMAND("sampler distributed",
 LOADER_TOOL_COMMAND("sampler batch",
                     "sampler batch --n N --batch-size B [--drop-last] [--shuffle --seed S] [--epochs E]",
                     ({"drop-last", "shuffle"}), run_batch);
+LOADER_TOOL_COMMAND("sampler equibatch",
+                    "sampler equibatch --labels FILE.json --batch-size B --balanced-coef C --seed S "
+                    "[--num-replicas R --rank r] [--epochs E]   (FILE.json: per index, the list of its labels)",
+                    ({}), run_equibatch);
 LOADER_TOOL_COMMAND("split", "split --n N --lengths a,b,c (integers or fractions) --seed S", ({}), run_split);
 
 }  // namespace loader::tool

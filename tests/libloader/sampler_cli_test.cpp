@@ -240,4 +240,81 @@ print(json.dumps(cases))
   ASSERT_GT(checked, 0);
 }
 
+/// A file in /tmp holding `text`, removed when the object goes away.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& text) {
+    char name[] = "/tmp/loader_sampler_cli_test_XXXXXX";
+    int fd = mkstemp(name);
+    EXPECT_GE(fd, 0);
+    close(fd);
+    path_ = name;
+    std::ofstream(path_) << text;
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(SamplerCli, EquibatchPrintsTheDocumentsBatchesForEveryGoldenCaseAndRank) {
+  const json golden = load_golden("equibatch.json");
+  int checked = 0;
+  for (const json& c : golden.at("cases")) {
+    TempFile labels(c.at("idx2labels").dump());
+    std::string args = "sampler equibatch --labels " + labels.path() + " --batch-size " + c.at("batch_size").dump() +
+                       " --balanced-coef " + c.at("balanced_coef").dump() + " --seed " + c.at("seed").dump() +
+                       " --epochs " + c.at("epochs").dump();
+    if (c.at("num_replicas") != 1 || checked % 2)  // the single-replica cases with and without the options
+      args += " --num-replicas " + c.at("num_replicas").dump() + " --rank " + c.at("rank").dump();
+    EXPECT_EQ(run_tool_json(args), (json{{"epochs", c.at("batches")}})) << args;
+    ++checked;
+  }
+  std::cout << "[ golden   ] sampler CLI: " << checked << " equibatch.json cases checked through the tool\n";
+  EXPECT_EQ(checked, 14);
+}
+
+TEST(SamplerCli, EquibatchTakesSeedsOfAnySizeAsPythonDoes) {
+  TempFile labels("[[0], [1], [0, 1], 2, [2], [0]]");
+  const std::string base = "sampler equibatch --labels " + labels.path() + " --batch-size 2 --balanced-coef 4";
+  // random.seed(-n) is random.seed(n); beyond 2^64 the tool still seeds as Python does.
+  EXPECT_EQ(run_tool_json(base + " --seed -12345"), run_tool_json(base + " --seed 12345"));
+  const json huge = run_tool_json(base + " --seed 340282366920938463463374607431768211457 --epochs 2");
+  ASSERT_EQ(huge.at("epochs").size(), 2u);
+  EXPECT_EQ(huge.at("epochs").at(0).size(), 6u);
+  EXPECT_NE(huge, run_tool_json(base + " --seed 1 --epochs 2"));
+}
+
+TEST(SamplerCli, EquibatchRejectsBadArgumentsWithStatus2) {
+  TempFile labels("[[0], [1], [0, 1], [2]]");
+  TempFile unlabelled("[[0], [], [1]]");
+  TempFile not_a_list("{\"0\": [1]}");
+  TempFile bad_label("[[0], [\"cat\"]]");
+  TempFile not_json("[[0], [1]");
+  const std::string l = " --labels " + labels.path();
+  const std::vector<std::string> bad = {
+      "sampler equibatch" + l + " --batch-size 0 --balanced-coef 4 --seed 0",                     // batch_size=0
+      "sampler equibatch" + l + " --batch-size 2 --balanced-coef 0 --seed 0",                     // coef < 1
+      "sampler equibatch" + l + " --batch-size 2 --balanced-coef 4 --seed 0 --num-replicas 2 --rank 2",  // rank
+      "sampler equibatch" + l + " --batch-size 2 --balanced-coef 4 --seed 0 --num-replicas 2",   // no --rank
+      "sampler equibatch" + l + " --batch-size 2 --balanced-coef 4",                              // no --seed
+      "sampler equibatch" + l + " --batch-size 2 --balanced-coef 4 --seed 4x",                    // bad seed
+      "sampler equibatch --labels /nonexistent.json --batch-size 2 --balanced-coef 4 --seed 0",  // no file
+      "sampler equibatch --labels " + unlabelled.path() + " --batch-size 2 --balanced-coef 4 --seed 0",
+      "sampler equibatch --labels " + not_a_list.path() + " --batch-size 2 --balanced-coef 4 --seed 0",
+      "sampler equibatch --labels " + bad_label.path() + " --batch-size 2 --balanced-coef 4 --seed 0",
+      "sampler equibatch --labels " + not_json.path() + " --batch-size 2 --balanced-coef 4 --seed 0",
+  };
+  for (const auto& args : bad) {
+    Result r = run_shell(tool() + " " + args + " 2>&1");
+    EXPECT_EQ(r.status, 2) << "loader " << args << "\n" << r.output;
+    EXPECT_FALSE(r.output.empty()) << "loader " << args << " printed no message";
+    EXPECT_EQ(r.output.find("{\"epochs\""), std::string::npos) << "loader " << args;
+  }
+  Result r = run_shell(tool() + " sampler equibatch --labels " + unlabelled.path() +
+                       " --batch-size 2 --balanced-coef 4 --seed 0 2>&1");
+  EXPECT_NE(r.output.find("index 1 has no labels"), std::string::npos) << r.output;
+}
+
 }  // namespace
