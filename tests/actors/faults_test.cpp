@@ -2,6 +2,7 @@
 // too-small shared-memory budget; the parent interrupted and killed.  After each,
 // no shared-memory segment and no child process may remain.
 #include <dirent.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -10,7 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <csignal>
 #include <fstream>
 #include <set>
@@ -22,6 +26,8 @@
 #include "loader/runtime/shm.h"
 #include "loader/samplers.h"
 #include "loader/worker_info.h"
+#include "loader/warnings.h"
+#include "test_datasets.h"
 #include "process_leaks.h"
 #include "test_util.h"
 
@@ -61,6 +67,32 @@ LOADER_REGISTER_DATASET("test_faulty", [](const Value& p) {
   return std::make_shared<FaultyDataset>(p.at("n").to_int(), p.get("at", Value(int64_t{-1})).to_int(),
                                          p.get("action", Value("")).to_string(), p.get("delay_ms", Value(0)).to_int(),
                                          p.get("sleep_ms", Value(0)).to_int());
+});
+
+/// Sample i: (float64[4] drawn from the default generator, int64 i): a dataset with
+/// random augmentation.  In a worker the generator is the worker's (base_seed + id).
+class RandomDrawsDataset : public Dataset {
+ public:
+  explicit RandomDrawsDataset(int64_t n, int64_t delay_ms) : n_(n), delay_ms_(delay_ms) {}
+  Value get(int64_t i) override {
+    if (delay_ms_) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+    std::vector<double> v(4);
+    for (auto& x : v) x = static_cast<double>(default_generator().random64());
+    return Value::tuple({Value(Tensor::from_vector(v)), Value(i)});
+  }
+  int64_t size() const override { return n_; }
+
+ private:
+  int64_t n_, delay_ms_;
+};
+LOADER_REGISTER_DATASET("test_random_draws", [](const Value& p) {
+  return std::make_shared<RandomDrawsDataset>(p.at("n").to_int(), p.get("delay_ms", Value(0)).to_int());
+});
+
+/// FaultyDataset whose construction takes `init_ms` inside workers (a slow start).
+LOADER_REGISTER_DATASET("test_slow_init", [](const Value& p) {
+  if (get_worker_info()) std::this_thread::sleep_for(std::chrono::milliseconds(p.at("init_ms").to_int()));
+  return std::make_shared<FaultyDataset>(p.at("n").to_int(), -1, "", 0, 0);
 });
 
 LOADER_REGISTER_WORKER_INIT_FN("test_init_throws", [](int worker_id) {
@@ -433,6 +465,337 @@ void interrupt_parent_with(int sig) {
 TEST(NothingLeftBehind, ParentInterruptedBySigint) { interrupt_parent_with(SIGINT); }
 TEST(NothingLeftBehind, ParentTerminatedBySigterm) { interrupt_parent_with(SIGTERM); }
 TEST(NothingLeftBehind, ParentKilledBySigkill) { interrupt_parent_with(SIGKILL); }
+
+// ------------------------------------------------------------------ the runtime rebuild's cases
+
+/// Runs `f` and returns how many of `warnings` contain `needle`.
+int count_containing(const std::vector<std::string>& warnings, const std::string& needle) {
+  int n = 0;
+  for (const auto& w : warnings) n += w.find(needle) != std::string::npos;
+  return n;
+}
+
+TEST(PersistentWorkers, AWorkerKilledBetweenEpochsFailsTheNextEpochAtOnceAndEveryLaterOne) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.persistent_workers = true;
+  o.timeout = 60;  // a hang would surface as a timeout error, which the checks below reject
+  {
+    DataLoader dl(faulty(40), o);
+    std::vector<int> pids;
+    {
+      auto it = dl.iter();
+      ASSERT_TRUE(it.next());
+      pids = it.worker_pids();
+      while (it.next()) {
+      }
+    }
+    ASSERT_EQ(pids.size(), 2u);
+    ASSERT_GT(pids[1], 0);
+    ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+    // The reader sees the death while no epoch runs; the next epoch gets it at once.
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      std::string msg = error_of([&] { all_batches(dl); });
+      EXPECT_EQ(msg.rfind("DataLoader worker (pid " + std::to_string(pids[1]) + ") is killed by signal: Killed.", 0), 0u)
+          << "epoch " << epoch << ": " << msg;
+    }
+  }
+  expect_nothing_left();
+}
+
+TEST(BadInput, WorkerInitFnErrorNeverRacesTheEpoch) {
+  // The init error may arrive before, with or after the epoch starts: always the
+  // same clean error, never a hang (20 loaders, as the suite measured 1 hang in 20).
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.worker_init_fn_name = "test_init_throws";
+  o.timeout = 60;
+  for (int i = 0; i < 20; ++i) {
+    DataLoader dl(faulty(32), o);
+    std::string msg = error_of([&] { all_batches(dl); });
+    EXPECT_NE(msg.find("DataLoader worker 1 failed to start: ValueError: init failed in worker 1"), std::string::npos)
+        << "run " << i << ": " << msg;
+  }
+  expect_nothing_left();
+}
+
+TEST(Hangs, AStoppedWorkerIsRestartedOnceAndTheEpochIsComplete) {
+  DataLoaderOptions o;
+  o.batch_size = 5;
+  o.num_workers = 2;
+  o.shuffle = true;
+  o.generator = std::make_shared<Generator>(11);
+  {
+    std::vector<Value> expected;
+    {
+      DataLoader clean(faulty(300, -1, "", 2), o);
+      expected = all_batches(clean);
+    }
+    o.generator = std::make_shared<Generator>(11);
+    o.max_worker_restarts = 3;
+    WarningCapture capture;
+    DataLoader dl(faulty(300, -1, "", 2), o);
+    std::vector<Value> got;
+    std::thread resume;
+    {
+      auto it = dl.iter();
+      while (auto b = it.next()) {
+        got.push_back(*b);
+        if (got.size() == 3) {
+          int pid = it.worker_pids()[0];
+          ASSERT_EQ(kill(pid, SIGSTOP), 0);
+          // SIGCONT after 2 s, as a debugger would (the watchdog has killed it by then).
+          resume = std::thread([pid] {
+            std::this_thread::sleep_for(std::chrono::seconds(2));
+            kill(pid, SIGCONT);
+          });
+        }
+      }
+    }
+    if (resume.joinable()) resume.join();
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(got[i][0].to_tensor().bitwise_equal(expected[i][0].to_tensor())) << "batch " << i;
+    auto w = capture.messages();
+    EXPECT_EQ(count_containing(w, "restart 1 of 3"), 1) << "one restart for one frozen worker";
+    EXPECT_EQ(count_containing(w, "restart 2 of 3"), 0) << "a stale report of the stopped process was applied "
+                                                           "to its successor";
+    EXPECT_EQ(count_containing(w, "frozen"), 1);
+  }
+  expect_nothing_left();
+}
+
+TEST(Resources, AThreadThatCannotBeCreatedIsAClearErrorNotAHang) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.timeout = 60;
+  ASSERT_EQ(setenv("LOADER_FAULT_INJECT", "reader_thread", 1), 0);
+  std::string msg;
+  {
+    DataLoader dl(faulty(16), o);
+    msg = error_of([&] { all_batches(dl); });
+  }
+  unsetenv("LOADER_FAULT_INJECT");
+  EXPECT_NE(msg.find("DataLoader worker 0 could not be started"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("thread"), std::string::npos) << msg;
+  expect_nothing_left();
+}
+
+TEST(WorkerDeath, AWorkerKilledWhileItStartsIsNamedByItsSignalOrRestarted) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.timeout = 60;
+  auto slow = [] { return make_dataset({"test_slow_init", Value::dict({{"n", 40}, {"init_ms", 300}})}); };
+  {
+    DataLoader dl(slow(), o);
+    auto it = dl.iter();  // the workers are starting: their datasets take 300 ms to build
+    auto pids = it.worker_pids();
+    ASSERT_GT(pids[0], 0);
+    ASSERT_EQ(kill(pids[0], SIGKILL), 0);
+    std::string msg = error_of([&] {
+      while (it.next()) {
+      }
+    });
+    EXPECT_EQ(msg.rfind("DataLoader worker (pid " + std::to_string(pids[0]) + ") is killed by signal: Killed.", 0), 0u)
+        << msg;
+  }
+  o.max_worker_restarts = 1;
+  {
+    WarningCapture capture;
+    DataLoader dl(slow(), o);
+    auto it = dl.iter();
+    ASSERT_EQ(kill(it.worker_pids()[0], SIGKILL), 0);
+    int64_t next_label = 0;
+    while (auto b = it.next())
+      for (int64_t r = 0; r < 4; ++r, ++next_label) ASSERT_EQ((*b)[1].to_tensor().at<int64_t>({r}), next_label);
+    EXPECT_EQ(next_label, 40);
+    EXPECT_EQ(count_containing(capture.messages(), "restart 1 of 1"), 1);
+  }
+  expect_nothing_left();
+}
+
+TEST(WorkerDeath, RestartIsByteIdenticalWithADatasetThatDrawsRandomNumbers) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.generator = std::make_shared<Generator>(5);
+  auto ds = [] { return make_dataset({"test_random_draws", Value::dict({{"n", 120}, {"delay_ms", 1}})}); };
+  {
+    std::vector<Value> expected;
+    {
+      DataLoader clean(ds(), o);
+      expected = all_batches(clean);
+    }
+    for (int victim = 0; victim < 2; ++victim) {
+      o.generator = std::make_shared<Generator>(5);
+      o.max_worker_restarts = 2;
+      WarningCapture capture;
+      DataLoader dl(ds(), o);
+      std::vector<Value> got;
+      {
+        auto it = dl.iter();
+        while (auto b = it.next()) {
+          got.push_back(*b);
+          if (got.size() == 5) ASSERT_EQ(kill(it.worker_pids()[static_cast<size_t>(victim)], SIGKILL), 0);
+        }
+      }
+      EXPECT_EQ(count_containing(capture.messages(), "restart 1 of 2"), 1);
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(got[i][0].to_tensor().bitwise_equal(expected[i][0].to_tensor()))
+            << "victim " << victim << ", batch " << i << ": other random draws than without the fault";
+        EXPECT_TRUE(got[i][1].to_tensor().equal(expected[i][1].to_tensor())) << "batch " << i;
+      }
+    }
+  }
+  expect_nothing_left();
+}
+
+/// Runs `argv` with stdout+stderr into a string; waits at most `seconds`.
+std::pair<int, std::string> run_program(std::vector<std::string> args, int seconds) {
+  char path[] = "/tmp/loader_test_outXXXXXX";
+  int fd = mkstemp(path);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, fd, 2);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fd);
+  if (rc != 0) return {-1, "posix_spawn failed"};
+  int status = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      unlink(path);
+      return {-2, "timed out"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string out = loader::testing::read_file(path);
+  unlink(path);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+TEST(StartUp, AProgramThatForgetsRunWorkerIfRequestedFailsAtOnceWithoutAProcessStorm) {
+  auto [rc, out] = run_program({LOADER_TEST_NO_WORKER_MAIN}, 60);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("DataLoader worker 0 failed to start"), std::string::npos) << out;
+  EXPECT_NE(out.find("did not call loader::runtime::run_worker_if_requested(argc, argv)"), std::string::npos) << out;
+  // Its workers refused to start workers of their own: no program of that name is left.
+  int left = 0;
+  if (DIR* d = opendir("/proc")) {
+    while (dirent* e = readdir(d)) {
+      std::string exe = "/proc/" + std::string(e->d_name) + "/exe";
+      char target[512];
+      ssize_t n = readlink(exe.c_str(), target, sizeof target - 1);
+      if (n > 0 && std::string(target, static_cast<size_t>(n)) == LOADER_TEST_NO_WORKER_MAIN) ++left;
+    }
+    closedir(d);
+  }
+  EXPECT_EQ(left, 0);
+}
+
+TEST(WorkerExecutable, AHostRunsItsWorkersFromADedicatedProgram) {
+  loader::testing::register_exe_squares();
+  DataLoaderOptions o;
+  o.batch_size = 8;
+  o.num_workers = 2;
+  o.worker_executable = LOADER_TEST_WORKER_PROGRAM;
+  {
+    DataLoader dl(make_dataset({"test_exe_squares", Value::dict({{"n", 100}})}), o);
+    auto it = dl.iter();
+    int64_t next = 0;
+    bool checked = false;
+    while (auto b = it.next()) {
+      if (!checked) {
+        for (int pid : it.worker_pids()) {
+          char target[512];
+          ssize_t n = readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), target, sizeof target - 1);
+          ASSERT_GT(n, 0);
+          EXPECT_EQ(std::string(target, static_cast<size_t>(n)), LOADER_TEST_WORKER_PROGRAM);
+        }
+        checked = true;
+      }
+      const Tensor& y = (*b)[1].to_tensor();
+      for (int64_t r = 0; r < y.size(0); ++r, ++next) ASSERT_EQ(y.at<int64_t>({r}), next * next);
+    }
+    EXPECT_EQ(next, 100);
+  }
+  o.worker_executable = "/nonexistent/loader_worker";
+  {
+    DataLoader dl(make_dataset({"test_exe_squares", Value::dict({{"n", 10}})}), o);
+    std::string msg = error_of([&] { all_batches(dl); });
+    EXPECT_NE(msg.find("worker_executable '/nonexistent/loader_worker' is not an executable file"), std::string::npos)
+        << msg;
+  }
+  expect_nothing_left();
+}
+
+TEST(Options, PrefetchFactorAndTimeoutAreValidatedAndBounded) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.prefetch_factor = 0;
+  EXPECT_NE(error_of([&] { DataLoader dl(faulty(8), o); }).find("prefetch_factor=0"), std::string::npos);
+  o.prefetch_factor = std::numeric_limits<int>::max();  // no pool estimate, no overflow
+  o.timeout = 1e300;                                    // waits (practically) forever, never at once
+  {
+    DataLoader dl(faulty(40), o);
+    EXPECT_EQ(all_batches(dl).size(), 10u);
+  }
+  o.prefetch_factor = 2;
+  o.timeout = std::nan("");
+  EXPECT_NE(error_of([&] { DataLoader dl(faulty(8), o); }).find("timeout option should be a finite"), std::string::npos);
+  expect_nothing_left();
+}
+
+TEST(InOrderFalse, AWorkerStalledOnASlowSampleIsNotGivenMoreTasks) {
+  // PyTorch 2.6+: with in_order=False a task goes only to a worker with spare
+  // capacity, so one slow sample does not hold up the batches queued behind it.
+  DataLoaderOptions o;
+  o.batch_size = 1;
+  o.num_workers = 2;
+  o.in_order = false;
+  {
+    DataLoader dl(faulty(60, 0, "sleep", 2, 1500), o);
+    std::vector<int64_t> order;
+    for (auto& b : all_batches(dl)) order.push_back(b[1].to_tensor().at<int64_t>({0}));
+    ASSERT_EQ(order.size(), 60u);
+    auto pos = std::find(order.begin(), order.end(), 0) - order.begin();
+    EXPECT_GT(pos, 20) << "the slow sample's batch came out at position " << pos;
+  }
+  expect_nothing_left();
+}
+
+TEST(Options, MoreWorkersThanCpusGivesPyTorchsWarning) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = CPU_COUNT(&set) + 1;
+  o.worker_mode = WorkerMode::InProcess;
+  WarningCapture capture;
+  {
+    DataLoader dl(faulty(8), o);
+    all_batches(dl);
+    all_batches(dl);
+  }
+  EXPECT_EQ(count_containing(capture.messages(), "excessive worker creation might get DataLoader running slow or even "
+                                                 "freeze"), 1);
+}
 
 }  // namespace
 }  // namespace loader

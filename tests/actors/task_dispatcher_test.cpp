@@ -219,3 +219,46 @@ TEST(TaskDispatcher, KnowsWhichWorkerHoldsWhichUnfinishedTask) {
 
 }  // namespace
 }  // namespace loader::runtime
+
+namespace loader::runtime {
+namespace {
+
+TEST(TaskDispatcherOutOfOrder, AStalledWorkerGetsNoMoreThanItsShareOfTasks) {
+  // PyTorch 2.6+ (in_order=False): a task goes only to a worker with fewer than
+  // max_tasks / active_workers tasks not yet delivered.
+  TaskDispatcher d(2, 2, 0, /*in_order=*/false);
+  auto first = fill(d);
+  ASSERT_EQ(first.size(), 4u);  // 0->w0, 1->w1, 2->w0, 3->w1
+  // Worker 1 delivers both; worker 0 is stuck on task 0.
+  d.on_finished(1);
+  d.on_delivered(1);
+  d.on_finished(3);
+  d.on_delivered(1);
+  auto next = fill(d);
+  ASSERT_EQ(next.size(), 2u);
+  for (const auto& a : next) EXPECT_EQ(a.second, 1) << "task " << a.first << " went to the stalled worker";
+}
+
+TEST(TaskDispatcherOutOfOrder, InOrderKeepsThePlainRoundRobin) {
+  TaskDispatcher d(2, 2, 0, /*in_order=*/true);
+  fill(d);
+  d.on_delivered(1);
+  d.on_delivered(1);
+  auto next = fill(d);
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0].second, 0);
+  EXPECT_EQ(next[1].second, 1);
+}
+
+TEST(TaskDispatcherOutOfOrder, CancelTakesBackTheLastAssignment) {
+  TaskDispatcher d(2, 1, 10);
+  auto a = d.assign();
+  ASSERT_TRUE(a.has_value());
+  d.cancel(a->first);
+  EXPECT_EQ(d.next_task(), 10u);
+  EXPECT_EQ(d.in_flight(), 0u);
+  EXPECT_EQ(d.worker_of(10), -1);
+}
+
+}  // namespace
+}  // namespace loader::runtime

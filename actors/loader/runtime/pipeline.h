@@ -56,6 +56,7 @@
 #include "loader/runtime/reorder_buffer.h"
 #include "loader/runtime/shm.h"
 #include "loader/runtime/slab_store.h"
+#include "loader/runtime/supervisor_actor.h"
 #include "loader/runtime/task_dispatcher.h"
 #include "loader/runtime/worker_core.h"
 #include "loader/runtime/worker_lifecycle.h"
@@ -92,7 +93,7 @@ struct PipelineHooks {
   std::function<void(int worker)> flush_later;
 };
 
-class Pipeline final : public LinkEvents, public std::enable_shared_from_this<Pipeline> {
+class Pipeline final : public LinkEvents, public Supervised, public std::enable_shared_from_this<Pipeline> {
  public:
   Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs, PipelineHooks hooks);
   ~Pipeline() override;
@@ -124,15 +125,15 @@ class Pipeline final : public LinkEvents, public std::enable_shared_from_this<Pi
 
   // ---- supervisor actor
   /// Starts the next incarnation of `worker`, whose incarnation `gen` went down.
-  void restart(int worker, uint32_t gen);
+  void restart(int worker, uint32_t gen) override;
   /// Writes the frames queued for `worker`.
-  void flush(int worker);
+  void flush(int worker) override;
   /// Looks at every worker process: frozen (SIGSTOP) for `frozen_after`, exited
   /// while its socket stays open, or no hello within the deadline: killed, and
   /// reported through the reader.  Call every `tick`.
-  void watchdog(std::chrono::milliseconds tick);
+  void watchdog(std::chrono::milliseconds tick) override;
   /// Anything unexpected in the runtime itself: the loader fails with this message.
-  void fail_all(const std::string& type, const std::string& message);
+  void fail_all(const std::string& type, const std::string& message) override;
 
   // ---- reader threads (LinkEvents)
   void on_frame(int worker, uint32_t gen, Frame& frame) override;

@@ -3,15 +3,18 @@
 // stream exactly where its first unfinished task began (restarts are then
 // byte-identical also for datasets that draw random numbers).
 //
-// The worker writes, before each task, (task, Before, state) and, after sending the
-// task's result, (task, After, state).  The parent, when the worker died holding
-// task X as its first unfinished one, uses the record if it is (X, Before) or
-// (Y, After) with Y < X (nothing draws between tasks).  A record (X, After) cannot
-// happen: it is written after X's result, which the parent reads before it sees the
-// socket close.  Two slots and a sequence number make a record written while the
-// process was killed invisible (a seqlock with one writer).
+// The worker keeps two records: Before (task X, the state as X starts), written
+// before it runs X, and After (task X, the state once X is done), written before it
+// sends X's result.  The parent, whose first unfinished task of that worker is X:
+//   - Before is for X: X had started; its state is the one to resume from;
+//   - otherwise X had not started, and After is for the worker's previous task
+//     (< X), whose result the parent has: nothing draws between tasks, so that
+//     state is the one X would have started from.
+// Each record is double-buffered with its own sequence number (a seqlock with one
+// writer), so a record being written when the process was killed is invisible.
 //
-// Thread use: write() by the worker (process or thread) only; read() by the parent.
+// Thread use: write() by the worker (process or thread) only; read() by the parent,
+// only once the worker is gone.
 #pragma once
 
 #include <atomic>
@@ -27,54 +30,52 @@ namespace loader::runtime {
 
 class RngStatePage {
  public:
-  enum Phase : uint64_t { Before = 1, After = 2 };
+  enum Phase : uint64_t { Before = 0, After = 1 };
   struct Record {
     uint64_t task;
-    Phase phase;
     std::vector<unsigned char> state;  ///< Generator::kStateBytes
   };
-  static constexpr size_t kSlotBytes = 16 + Generator::kStateBytes;
-  static constexpr size_t kBytes = 64 + 2 * ((kSlotBytes + 63) / 64 * 64);
+  static constexpr size_t kSlotBytes = (8 + Generator::kStateBytes + 63) / 64 * 64;
+  static constexpr size_t kBytes = 64 + 4 * kSlotBytes;
 
   /// Views `kBytes` bytes at `base` (zero-filled memory is an empty page).
   explicit RngStatePage(void* base) : base_(static_cast<unsigned char*>(base)) {}
 
   void write(uint64_t task, Phase phase, const Generator& g) {
-    auto* seq = reinterpret_cast<std::atomic<uint64_t>*>(base_);
+    auto* seq = seq_of(phase);
     uint64_t s = seq->load(std::memory_order_relaxed) + 1;
-    unsigned char* slot = slot_of(s);
+    unsigned char* slot = slot_of(phase, s);
     std::memcpy(slot, &task, 8);
-    uint64_t p = phase;
-    std::memcpy(slot + 8, &p, 8);
-    g.save_state(slot + 16);
+    g.save_state(slot + 8);
     seq->store(s, std::memory_order_release);
   }
 
-  std::optional<Record> read() const {
-    auto* seq = reinterpret_cast<const std::atomic<uint64_t>*>(base_);
-    uint64_t s = seq->load(std::memory_order_acquire);
+  std::optional<Record> read(Phase phase) const {
+    uint64_t s = seq_of(phase)->load(std::memory_order_acquire);
     if (s == 0) return std::nullopt;
-    const unsigned char* slot = slot_of(s);
+    const unsigned char* slot = slot_of(phase, s);
     Record r;
-    uint64_t p = 0;
     std::memcpy(&r.task, slot, 8);
-    std::memcpy(&p, slot + 8, 8);
-    r.phase = static_cast<Phase>(p);
-    r.state.assign(slot + 16, slot + 16 + Generator::kStateBytes);
+    r.state.assign(slot + 8, slot + 8 + Generator::kStateBytes);
     return r;
   }
 
-  /// The state at the start of task `first_unfinished`, if the record gives it.
+  /// The state at the start of task `first_unfinished`, if the records give it.
   std::optional<std::vector<unsigned char>> state_before(uint64_t first_unfinished) const {
-    auto r = read();
-    if (!r) return std::nullopt;
-    if ((r->phase == Before && r->task == first_unfinished) || (r->phase == After && r->task < first_unfinished))
-      return r->state;
+    auto before = read(Before);
+    if (before && before->task == first_unfinished) return before->state;
+    auto after = read(After);
+    if (after && after->task < first_unfinished) return after->state;
     return std::nullopt;
   }
 
  private:
-  unsigned char* slot_of(uint64_t s) const { return base_ + 64 + (s & 1) * ((kSlotBytes + 63) / 64 * 64); }
+  std::atomic<uint64_t>* seq_of(Phase p) const {
+    return reinterpret_cast<std::atomic<uint64_t>*>(base_ + 8 * static_cast<size_t>(p));
+  }
+  unsigned char* slot_of(Phase p, uint64_t s) const {
+    return base_ + 64 + (2 * static_cast<size_t>(p) + (s & 1)) * kSlotBytes;
+  }
   unsigned char* base_;
 };
 

@@ -56,12 +56,7 @@ void check_worker_number(LoaderState& state) {
 class WorkerPool {
  public:
   WorkerPool(LoaderState& state, uint64_t base_seed) : system_(acquire_system()) {
-    if (started_as_worker_without_worker_main())
-      throw RuntimeError(
-          "this process was started as a DataLoader worker, but its main() did not call "
-          "loader::runtime::run_worker_if_requested(argc, argv) before starting a DataLoader with workers. "
-          "Call it first thing in main() (see loader/runtime/worker_main.h), or set "
-          "DataLoaderOptions::worker_executable to a program that does; no worker was started.");
+    if (started_as_worker_without_worker_main()) refuse_workers_in_worker_process();
     const auto& o = state.options;
     check_worker_number(state);
     const DatasetBase* ds = state.dataset ? static_cast<const DatasetBase*>(state.dataset.get())

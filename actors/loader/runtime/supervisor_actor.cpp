@@ -3,7 +3,6 @@
 #include <mutex>
 
 #include "loader/error.h"
-#include "loader/runtime/pipeline.h"
 
 namespace loader::runtime {
 
@@ -42,7 +41,7 @@ std::shared_ptr<caf::actor_system> acquire_system() {
 namespace {
 
 struct SupervisorState {
-  std::weak_ptr<Pipeline> pipeline;
+  std::weak_ptr<Supervised> pipeline;
   std::chrono::milliseconds tick{0};
   static inline const char* name = "loader.supervisor";
 };
@@ -62,20 +61,20 @@ void guarded(supervisor_pointer self, const char* what, F&& f) {
   }
 }
 
-supervisor_actor::behavior_type supervisor_behavior(supervisor_pointer self, std::weak_ptr<Pipeline> pipeline,
+supervisor_actor::behavior_type supervisor_behavior(supervisor_pointer self, std::weak_ptr<Supervised> pipeline,
                                                     std::chrono::milliseconds tick) {
   self->state.pipeline = std::move(pipeline);
   self->state.tick = tick;
   if (tick.count() > 0) self->delayed_send(self, tick, tick_atom::value);
   return {
       [self](down_atom, int32_t worker, uint32_t gen) {
-        guarded(self, "a worker restart", [&](Pipeline& p) { p.restart(worker, gen); });
+        guarded(self, "a worker restart", [&](Supervised& p) { p.restart(worker, gen); });
       },
       [self](flush_atom, int32_t worker) {
-        guarded(self, "queued frames", [&](Pipeline& p) { p.flush(worker); });
+        guarded(self, "queued frames", [&](Supervised& p) { p.flush(worker); });
       },
       [self](tick_atom) {
-        guarded(self, "the watchdog", [&](Pipeline& p) {
+        guarded(self, "the watchdog", [&](Supervised& p) {
           p.watchdog(self->state.tick.count() > 0 ? self->state.tick : std::chrono::milliseconds(250));
         });
         if (self->state.tick.count() > 0) self->delayed_send(self, self->state.tick, tick_atom::value);
@@ -85,7 +84,7 @@ supervisor_actor::behavior_type supervisor_behavior(supervisor_pointer self, std
 
 }  // namespace
 
-supervisor_actor spawn_supervisor(caf::actor_system& sys, std::weak_ptr<Pipeline> pipeline,
+supervisor_actor spawn_supervisor(caf::actor_system& sys, std::weak_ptr<Supervised> pipeline,
                                   std::chrono::milliseconds tick) {
   return sys.spawn(supervisor_behavior, std::move(pipeline), tick);
 }

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <system_error>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -15,6 +17,16 @@
 #include "loader/runtime/worker_main_loop.h"
 
 namespace loader::runtime {
+
+namespace {
+/// Fault injection for the fault suite: LOADER_FAULT_INJECT=<point> makes that step
+/// fail as it does when the thread or process limit is reached.
+void inject_fault(const char* point) {
+  const char* f = std::getenv("LOADER_FAULT_INJECT");
+  if (f && std::strcmp(f, point) == 0)
+    throw std::system_error(EAGAIN, std::generic_category(), std::string("fault injected at ") + point);
+}
+}  // namespace
 
 WorkerLink::WorkerLink(const Spec& spec, LinkEvents* events)
     : spec_(spec), events_(events) {
@@ -39,6 +51,7 @@ WorkerLink::WorkerLink(const Spec& spec, LinkEvents* events)
     pid_ = child_.pid();
   }
   try {
+    inject_fault("reader_thread");
     reader_ = std::thread([this] { read_loop(); });
   } catch (const std::exception& e) {
     stopping_ = true;

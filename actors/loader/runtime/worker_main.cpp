@@ -65,7 +65,6 @@ int run_worker_loop(int sock, pid_t parent) {
             send_error(sock, "RuntimeError", e.what());
             return 1;
           }
-          if (state_page) state_page->write(0, RngStatePage::After, core->generator());
           std::string body;
           put_u64(body, static_cast<uint64_t>(parent ? getpid() : 0));
           if (!write_frame(sock, FrameType::Ready, body)) return 0;
@@ -114,8 +113,11 @@ int run_worker_loop(int sock, pid_t parent) {
           for (auto& i : indices) i = static_cast<int64_t>(in.u64());
           if (!core) throw RuntimeError("Task before Init");
           if (state_page) state_page->write(task, RngStatePage::Before, core->generator());
-          if (!send_reply(sock, core->run_task(task, indices, slab))) return 0;
+          WorkerReply reply = core->run_task(task, indices, slab);
+          // Recorded before the result leaves: once the parent has the result, the
+          // state after the task is on the page.
           if (state_page) state_page->write(task, RngStatePage::After, core->generator());
+          if (!send_reply(sock, reply)) return 0;
           break;
         }
         case FrameType::UseSlab: {
@@ -151,6 +153,16 @@ bool g_started_as_worker = std::getenv("LOADER_WORKER_FD") != nullptr;
 }  // namespace
 
 bool started_as_worker_without_worker_main() { return g_started_as_worker; }
+
+void refuse_workers_in_worker_process() {
+  const std::string msg =
+      "this process was started as a DataLoader worker, but its main() did not call "
+      "loader::runtime::run_worker_if_requested(argc, argv) before starting a DataLoader with workers. Call it "
+      "first thing in main() (see loader/runtime/worker_main.h), or set DataLoaderOptions::worker_executable to a "
+      "program that does; no worker was started";
+  if (const char* fd_text = std::getenv("LOADER_WORKER_FD")) send_error(std::atoi(fd_text), "RuntimeError", msg);
+  throw RuntimeError(msg);
+}
 
 std::optional<int> run_worker_if_requested(int /*argc*/, char** /*argv*/) {
   const char* fd_text = std::getenv("LOADER_WORKER_FD");

@@ -14,4 +14,8 @@ int run_worker_loop(int sock, pid_t parent);
 /// run_worker_if_requested (yet): such a process must never start workers itself.
 bool started_as_worker_without_worker_main();
 
+/// In such a process: tells the parent (an InitError on the worker socket, so its
+/// DataLoader reports the mistake at once) and throws RuntimeError saying what to do.
+[[noreturn]] void refuse_workers_in_worker_process();
+
 }  // namespace loader::runtime
