@@ -316,8 +316,19 @@ Delivery Pipeline::next(std::optional<std::chrono::steady_clock::time_point> dea
       Delivery d = std::move(item->second);
       dispatcher_->on_delivered(d.worker);
       dispatch_locked();
+      // Only workers that got frames are flushed (usually the one the next task went to).
+      int dirty[8];
+      int n_dirty = 0;
+      bool more = false;
+      for (size_t w = 0; w < slots_.size(); ++w) {
+        if (slots_[w]->outbox.empty()) continue;
+        if (n_dirty < 8) dirty[n_dirty++] = static_cast<int>(w);
+        else more = true;
+      }
       lock.unlock();
-      flush_all();
+      if (more) flush_all();
+      else
+        for (int i = 0; i < n_dirty; ++i) flush(dirty[i]);
       return d;
     }
     if (total_ && buffer_->done(first_task_, *total_)) return Delivery{};  // End

@@ -136,9 +136,41 @@ static ReadStatus read_exact(int sock, char* buf, size_t n, int* fd_out) {
   return ReadStatus::Ok;
 }
 
+ReadStatus FrameReader::next(Frame& out) {
+  out.fd = -1;
+  while (true) {
+    size_t have = end_ - begin_;
+    if (have >= 5) {
+      uint32_t len;
+      std::memcpy(&len, buf_.data() + begin_, 4);
+      if (len == 0 || len > (1u << 30)) return ReadStatus::Error;
+      if (have >= 4 + static_cast<size_t>(len)) {
+        out.type = static_cast<FrameType>(static_cast<uint8_t>(buf_[begin_ + 4]));
+        out.body.assign(buf_.data() + begin_ + 5, len - 1);
+        begin_ += 4 + len;
+        return ReadStatus::Ok;
+      }
+      if (4 + static_cast<size_t>(len) > buf_.size()) buf_.resize(4 + static_cast<size_t>(len));
+    }
+    // Compact, then read whatever has arrived (at least one byte, blocking).
+    if (begin_ > 0) {
+      std::memmove(buf_.data(), buf_.data() + begin_, have);
+      begin_ = 0;
+      end_ = have;
+    }
+    ssize_t r = ::recv(sock_, buf_.data() + end_, buf_.size() - end_, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return ReadStatus::Error;
+    }
+    if (r == 0) return have == 0 ? ReadStatus::Eof : ReadStatus::Error;
+    end_ += static_cast<size_t>(r);
+  }
+}
+
 ReadStatus read_frame(int sock, Frame& out, int timeout_ms) {
   pollfd p{sock, POLLIN, 0};
-  while (true) {
+  while (timeout_ms >= 0) {  // a blocking read needs no poll
     int r = poll(&p, 1, timeout_ms);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return ReadStatus::Error;

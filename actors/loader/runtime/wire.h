@@ -49,6 +49,21 @@ enum class ReadStatus { Ok, Eof, Timeout, Error };
 /// Reads one frame, waiting at most `timeout_ms` for its first byte (-1: forever).
 ReadStatus read_frame(int sock, Frame& out, int timeout_ms);
 
+/// Reads frames through a buffer: one recv() brings every frame that has arrived,
+/// so a reader that is behind catches up without a system call per frame.  For
+/// streams that carry no descriptors (worker -> parent).  Move-free; one reader thread.
+class FrameReader {
+ public:
+  explicit FrameReader(int sock, size_t buffer_bytes = 64 * 1024) : sock_(sock), buf_(buffer_bytes) {}
+  /// The next frame; blocks until one has arrived.
+  ReadStatus next(Frame& out);
+
+ private:
+  int sock_;
+  std::vector<char> buf_;
+  size_t begin_ = 0, end_ = 0;
+};
+
 /// Body helpers.
 void put_u64(std::string& out, uint64_t v);
 void put_string(std::string& out, const std::string& s);

@@ -74,15 +74,11 @@ bool WorkerLink::send(FrameType type, const std::string& body, int fd) {
 }
 
 void WorkerLink::read_loop() {
+  // Workers send no descriptors: frames are read through a buffer.
+  FrameReader reader(sock_);
   Frame f;
-  while (true) {
-    ReadStatus st = read_frame(sock_, f, -1);
-    if (st != ReadStatus::Ok) break;
+  while (reader.next(f) == ReadStatus::Ok) {
     events_->on_frame(spec_.worker_id, spec_.generation, f);
-    if (f.fd >= 0) {
-      ::close(f.fd);
-      f.fd = -1;
-    }
     f.body.clear();
   }
   if (stopping_.load()) return;  // our own stop(): nothing to report

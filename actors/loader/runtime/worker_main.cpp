@@ -46,12 +46,9 @@ int run_worker_loop(int sock, pid_t parent) {
   }
   Frame f;
   while (true) {
-    ReadStatus st = read_frame(sock, f, parent ? 1000 : -1);
-    if (st == ReadStatus::Timeout) {
-      if (parent && getppid() != parent) return 0;  // orphaned: the parent is gone
-      continue;
-    }
-    if (st != ReadStatus::Ok) return 0;  // EOF: the parent closed the link or died
+    // Blocking: the worker ends on EOF, which also comes when the parent dies (and
+    // PR_SET_PDEATHSIG kills it then anyway).
+    if (read_frame(sock, f, -1) != ReadStatus::Ok) return 0;  // EOF: the parent closed the link or died
     try {
       Reader in(f.body);
       switch (f.type) {
