@@ -133,6 +133,7 @@ std::shared_ptr<BatchSamplerBase> DataLoader::batch_sampler() const { return sta
 void DataLoader::shutdown() {
   if (state_->live_persistent_epoch) state_->live_persistent_epoch->end();
   state_->persistent_pool.reset();
+  state_->idle_pool.reset();
   // The slabs go once no batch uses them (batches hold the store).
   state_->slab_store.reset();
 }

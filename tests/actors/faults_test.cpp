@@ -797,5 +797,83 @@ TEST(Options, MoreWorkersThanCpusGivesPyTorchsWarning) {
                                                  "freeze"), 1);
 }
 
+TEST(NonPersistentWorkers, EveryEpochStartsItsWorkersAfreshAndADeathBetweenEpochsCostsNothing) {
+  // Without persistent_workers each epoch has PyTorch's fresh-worker semantics
+  // (dataset rebuilt, new seeds, worker_init_fn again): the idle pool of the last
+  // epoch is re-initialised; a worker that died meanwhile is simply replaced.
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.generator = std::make_shared<Generator>(9);
+  o.timeout = 60;
+  auto ds = [] { return make_dataset({"test_random_draws", Value::dict({{"n", 40}})}); };
+  {
+    // The same two epochs from brand-new pools (a new loader for the 2nd epoch, with
+    // the generator in the state the 1st epoch left it in).
+    std::vector<Value> e1, e2, fresh2;
+    DataLoader dl(ds(), o);
+    e1 = all_batches(dl);
+    auto gen_after_1 = std::make_shared<Generator>(*o.generator);
+    std::vector<int> pids;
+    {
+      auto it = dl.iter();
+      while (auto b = it.next()) {
+        if (pids.empty()) pids = it.worker_pids();
+        e2.push_back(*b);
+      }
+    }
+    DataLoaderOptions o2 = o;
+    o2.generator = gen_after_1;
+    {
+      DataLoader other(ds(), o2);
+      fresh2 = all_batches(other);
+    }
+    ASSERT_EQ(e2.size(), fresh2.size());
+    for (size_t i = 0; i < e2.size(); ++i)
+      EXPECT_TRUE(e2[i][0].to_tensor().bitwise_equal(fresh2[i][0].to_tensor())) << "batch " << i;
+    // A worker killed between epochs: the next epoch runs on a fresh pool.
+    ASSERT_EQ(kill(pids[0], SIGKILL), 0);
+    // Between epochs means: the death has been seen (its reader reaped it).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (kill(pids[0], 0) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_NE(kill(pids[0], 0), 0) << "the killed worker was never reaped";
+    EXPECT_EQ(all_batches(dl).size(), 10u);
+  }
+  expect_nothing_left();
+}
+
+TEST(WorkerDeath, RestartInALaterNonPersistentEpochIsByteIdenticalToo) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.generator = std::make_shared<Generator>(21);
+  auto ds = [] { return make_dataset({"test_random_draws", Value::dict({{"n", 80}, {"delay_ms", 1}})}); };
+  {
+    std::vector<Value> expected;
+    {
+      DataLoader clean(ds(), o);
+      all_batches(clean);
+      expected = all_batches(clean);
+    }
+    o.generator = std::make_shared<Generator>(21);
+    o.max_worker_restarts = 1;
+    DataLoader dl(ds(), o);
+    all_batches(dl);
+    std::vector<Value> got;
+    {
+      auto it = dl.iter();
+      while (auto b = it.next()) {
+        got.push_back(*b);
+        if (got.size() == 2) ASSERT_EQ(kill(it.worker_pids()[1], SIGKILL), 0);
+      }
+    }
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(got[i][0].to_tensor().bitwise_equal(expected[i][0].to_tensor())) << "batch " << i;
+  }
+  expect_nothing_left();
+}
+
 }  // namespace
 }  // namespace loader

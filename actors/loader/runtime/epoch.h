@@ -43,6 +43,10 @@ class LoaderState {
   std::optional<int64_t> iterable_len_called;  // len(dataset) once len(loader) was asked
   /// The worker processes kept between epochs (persistent_workers).
   std::shared_ptr<runtime::WorkerPool> persistent_pool;
+  /// persistent_workers=false: the pool of the last epoch, idle; the next epoch
+  /// re-initialises its workers (fresh dataset, seeds, worker_init_fn) instead of
+  /// starting new processes.  Shut down with the loader (DataLoader::shutdown).
+  std::shared_ptr<runtime::WorkerPool> idle_pool;
   /// The shared-memory slabs of every worker index, made once and kept for the
   /// loader's life (pools of non-persistent epochs reuse them).
   std::shared_ptr<runtime::SlabStore> slab_store;

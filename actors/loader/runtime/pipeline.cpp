@@ -105,7 +105,7 @@ void Pipeline::restart(int worker, uint32_t gen) {
     if (!s.life.held().empty()) {
       uint64_t first = s.life.held().begin()->first;
       RngStatePage page(s.state_page->data());
-      if (auto state = page.state_before(first)) {
+      if (auto state = page.state_before(first, s.rng_floor)) {
         std::string body;
         put_u64(body, first);
         body.append(reinterpret_cast<const char*>(state->data()), state->size());
@@ -173,6 +173,28 @@ void Pipeline::announce_locked(int worker, uint64_t slab) {
 }
 
 // ------------------------------------------------------------------ epochs and dispatch
+
+bool Pipeline::healthy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return false;
+  for (const auto& s : slots_)
+    if (!s->link || !s->life.accepting()) return false;
+  return true;
+}
+
+void Pipeline::reinit(std::vector<WorkerConfig> workers, uint64_t first_task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (workers.size() != slots_.size()) throw RuntimeError("internal: reinit with another number of workers");
+    config_.workers = std::move(workers);
+    for (size_t w = 0; w < slots_.size(); ++w) {
+      Slot& s = *slots_[w];
+      s.rng_floor = first_task;
+      queue_locked(static_cast<int>(w), FrameType::Init, encoded_config(config_.workers[w]));
+    }
+  }
+  flush_all();
+}
 
 void Pipeline::begin_epoch(std::optional<TaskSource> source, uint64_t first_task, bool reset_streams) {
   {

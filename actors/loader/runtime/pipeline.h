@@ -102,6 +102,13 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
   /// Starts every worker (processes spawn in parallel).  A worker that cannot start
   /// is dead: its error is delivered by the first epoch.
   void start_workers();
+  /// Gives every (idle) worker a new configuration, as a fresh worker would start:
+  /// the dataset is rebuilt from its handle, the generator seeded anew, and
+  /// worker_init_fn run again (the pool of a non-persistent loader, kept between
+  /// epochs).  Tasks from `first_task` on start from the new state.
+  void reinit(std::vector<WorkerConfig> workers, uint64_t first_task);
+  /// True while every worker is starting or running (none dead or restarting).
+  bool healthy() const;
   /// Starts an epoch whose tasks are numbered from `first_task`.  `source`: the
   /// index stream (nullopt for iterable datasets).  `reset_streams`: persistent
   /// workers restart their iterable streams.
@@ -163,6 +170,7 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
     bool hello = false;
     std::chrono::steady_clock::time_point started;
     int stopped_ticks = 0;            ///< supervisor only
+    uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
   };
 
   void start_locked_prepare(Slot& s, uint32_t gen);

@@ -61,11 +61,13 @@ class RngStatePage {
   }
 
   /// The state at the start of task `first_unfinished`, if the records give it.
-  std::optional<std::vector<unsigned char>> state_before(uint64_t first_unfinished) const {
+  /// Records of tasks below `floor` predate the worker's last Init (a fresh
+  /// generator since): they give nothing, and the fresh state is the answer.
+  std::optional<std::vector<unsigned char>> state_before(uint64_t first_unfinished, uint64_t floor = 0) const {
     auto before = read(Before);
     if (before && before->task == first_unfinished) return before->state;
     auto after = read(After);
-    if (after && after->task < first_unfinished) return after->state;
+    if (after && after->task < first_unfinished && after->task >= floor) return after->state;
     return std::nullopt;
   }
 

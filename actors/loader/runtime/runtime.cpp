@@ -59,28 +59,13 @@ class WorkerPool {
     if (started_as_worker_without_worker_main()) refuse_workers_in_worker_process();
     const auto& o = state.options;
     check_worker_number(state);
-    const DatasetBase* ds = state.dataset ? static_cast<const DatasetBase*>(state.dataset.get())
-                                          : static_cast<const DatasetBase*>(state.iterable.get());
     PipelineConfig cfg;
     cfg.prefetch_factor = o.effective_prefetch_factor();
     cfg.in_order = o.in_order;
     cfg.max_restarts = o.max_worker_restarts;
     cfg.in_process = o.worker_mode == WorkerMode::InProcess;
     cfg.executable = o.worker_executable;
-    for (int w = 0; w < o.num_workers; ++w) {
-      WorkerConfig c;
-      c.worker_id = w;
-      c.num_workers = o.num_workers;
-      c.seed = base_seed + static_cast<uint64_t>(w);
-      c.dataset = *ds->handle();
-      c.iterable = static_cast<bool>(state.iterable);
-      c.auto_collation = state.auto_collation;
-      c.batch_size = o.batch_size.value_or(1);
-      c.drop_last = o.drop_last;
-      c.collate_fn_name = o.collate_fn_name;
-      c.worker_init_fn_name = o.worker_init_fn_name;
-      cfg.workers.push_back(std::move(c));
-    }
+    cfg.workers = worker_configs(state, base_seed);
     // Slabs sized before the first task when the dataset describes its samples.
     if (state.dataset && state.auto_collation && o.collate_fn_name.empty() && o.batch_size) {
       if (auto spec = state.dataset->sample_spec()) cfg.batch_bytes = batch_bytes_of(*spec, *o.batch_size);
@@ -121,6 +106,34 @@ class WorkerPool {
       self->wait_for(supervisor_);
     }
     pipeline_->shutdown();
+  }
+
+  /// The configuration of every worker for an epoch seeded with `base_seed`.
+  static std::vector<WorkerConfig> worker_configs(const LoaderState& state, uint64_t base_seed) {
+    const auto& o = state.options;
+    const DatasetBase* ds = state.dataset ? static_cast<const DatasetBase*>(state.dataset.get())
+                                          : static_cast<const DatasetBase*>(state.iterable.get());
+    std::vector<WorkerConfig> out;
+    for (int w = 0; w < o.num_workers; ++w) {
+      WorkerConfig c;
+      c.worker_id = w;
+      c.num_workers = o.num_workers;
+      c.seed = base_seed + static_cast<uint64_t>(w);
+      c.dataset = *ds->handle();
+      c.iterable = static_cast<bool>(state.iterable);
+      c.auto_collation = state.auto_collation;
+      c.batch_size = o.batch_size.value_or(1);
+      c.drop_last = o.drop_last;
+      c.collate_fn_name = o.collate_fn_name;
+      c.worker_init_fn_name = o.worker_init_fn_name;
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  /// Makes the (idle) workers start afresh for an epoch seeded with `base_seed`.
+  void reinit(const LoaderState& state, uint64_t base_seed) {
+    pipeline_->reinit(worker_configs(state, base_seed), next_task);
   }
 
   Pipeline& pipeline() { return *pipeline_; }
@@ -173,7 +186,14 @@ class MultiProcessEpoch final : public EpochBackend {
     if (s.live_persistent_epoch) s.live_persistent_epoch->end();
     if (s.options.persistent_workers && s.persistent_pool) {
       pool_ = s.persistent_pool;
+    } else if (!s.options.persistent_workers && s.idle_pool && s.idle_pool->pipeline().healthy()) {
+      // The workers of the last epoch start afresh: dataset rebuilt from its handle,
+      // new seeds, worker_init_fn again, as new processes would; their processes,
+      // mappings and slabs are kept (no spawn, no first-touch page faults).
+      pool_ = std::move(s.idle_pool);
+      pool_->reinit(s, base_seed);
     } else {
+      s.idle_pool.reset();
       pool_ = make_worker_pool(s, base_seed);
       if (s.options.persistent_workers) s.persistent_pool = pool_;
     }
@@ -252,7 +272,11 @@ class MultiProcessEpoch final : public EpochBackend {
     if (state_->live_persistent_epoch == this) state_->live_persistent_epoch = nullptr;
     // Stopped synchronously: no sampler draw happens after the epoch ends.
     pool_->next_task = pool_->pipeline().end_epoch();
-    if (!state_->options.persistent_workers) pool_.reset();
+    if (!state_->options.persistent_workers) {
+      // Kept for the next epoch when it is the loader's only idle pool and healthy.
+      if (!state_->idle_pool && pool_->pipeline().healthy()) state_->idle_pool = std::move(pool_);
+      pool_.reset();
+    }
   }
 
   std::shared_ptr<LoaderState> state_;

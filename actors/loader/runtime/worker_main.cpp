@@ -62,6 +62,8 @@ int run_worker_loop(int sock, pid_t parent) {
             send_error(sock, "RuntimeError", e.what());
             return 1;
           }
+          // A worker re-initialised for a new epoch keeps its slabs mapped.
+          for (auto& [id, m] : mappings) core->add_slab(id, m.data(), m.size());
           std::string body;
           put_u64(body, static_cast<uint64_t>(parent ? getpid() : 0));
           if (!write_frame(sock, FrameType::Ready, body)) return 0;
