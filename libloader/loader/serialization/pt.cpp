@@ -988,7 +988,7 @@ Archive load_legacy(const std::shared_ptr<ByteSource>& source, const LoadOptions
   // else a prefix read with pread, grown until they fit in it.
   std::string window;
   const uint8_t* d = in_place;
-  size_t n = static_cast<size_t>(d ? file_size : std::min<uint64_t>(file_size, uint64_t{1} << 20));
+  size_t n = static_cast<size_t>(d ? file_size : std::min<uint64_t>(file_size, uint64_t{64} << 10));
   LegacyPickles pickles;
   for (;;) {
     if (!in_place) {
