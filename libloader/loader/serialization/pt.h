@@ -1,6 +1,8 @@
-// Reading and writing PyTorch `.pt` files (the zip format torch.save has written
-// since PyTorch 1.6), safely: only the pickle globals that tensors, Parameters and
-// OrderedDicts need are honoured (as torch.load(..., weights_only=True)).
+// Reading and writing PyTorch `.pt` files, safely: only the pickle globals that
+// tensors, Parameters and OrderedDicts need are honoured (as torch.load(...,
+// weights_only=True)).  Both of torch.save's formats: the zip format (the default since
+// PyTorch 1.6) and the legacy one (PyTorch 0.4 to 1.5, _use_new_zipfile_serialization=
+// False); load() tells them apart, SaveOptions::legacy_format writes the legacy one.
 //
 //   loader::Value sd = loader::pt::load("model.pt");          // tensors, dicts, lists, ...
 //   const loader::Tensor& w = loader::pt::tensor_of(sd.at("0.weight"));
@@ -44,7 +46,9 @@ namespace loader::pt {
 struct LoadOptions {
   /// Memory-map the file (load/load_archive from a path only): STORED, native-endian
   /// records whose data is aligned become MemoryKind::FileMapping storages sharing the
-  /// page cache (copy-on-write); others are copied.  Default: copy every storage.
+  /// page cache (copy-on-write); others are copied.  In a legacy file only records
+  /// whose data offset is a multiple of the element size can be mapped (files we write
+  /// align them; torch's seldom are).  Default: copy every storage.
   bool mmap = false;
   /// Check the CRC-32 of every record read (for mapped storages this reads every page).
   bool verify_crc = true;
