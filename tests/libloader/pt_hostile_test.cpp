@@ -592,6 +592,7 @@ TEST(PtHostile, LegacyLyingCountsAndSizesAreRefusedWithoutAllocating) {
       {header + t4 + key_list({}) + legacy_record(4, kFloats4), "does not name it"},
       {header + t4 + key_list({"0", "0"}) + legacy_record(4, kFloats4) + legacy_record(4, kFloats4), "twice"},
       {header + t4 + "\x80\x02K\x07." + legacy_record(4, kFloats4), "not a list"},
+      {header + t4 + "\x80\x02]N\x85." + legacy_record(4, kFloats4), "storage key list offset"},
       {header + t4 + "\x80\x02]ctorch\nFloatStorage\na." + legacy_record(4, kFloats4), "Unsupported global"},
       {header + t4, "legacy storage key list offset"},
       // a view that is too small for the tensor, or lies outside its storage

@@ -925,7 +925,11 @@ LegacyPickles read_legacy_pickles(const uint8_t* d, size_t n, const std::string&
   const Value keys = unpickle_stream(d, n, pos, data_only, name + ": legacy storage key list", ul);
   if (!keys.is_list() && !keys.is_tuple())
     throw PtFormatError(where + ": the storage keys are a " + keys.python_type() + ", not a list");
-  for (const Value& k : keys.items()) out.keys.emplace_back(key_arg(k, "storage key"), out.keys_start);
+  for (const Value& k : keys.items()) {
+    if (!k.is_string() && !k.is_int())
+      throw PtFormatError(where + ": a storage key is a " + k.python_type() + ", not a str");
+    out.keys.emplace_back(key_arg(k, "storage key"), out.keys_start);
+  }
   out.records_start = pos;
   return out;
 }
