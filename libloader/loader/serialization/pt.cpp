@@ -877,7 +877,8 @@ void check_sys_info(const Value& s, LegacyInfo& info, const std::string& where) 
 }
 
 // The five pickles, from `d` (the whole file, or a prefix of it: a PickleTruncatedError
-// then asks for more).  The object pickle is read with placeholder storages.
+// then asks for more).  The object pickle is read over `storages` (allocated heap
+// storages when copying, placeholders when mapping).
 LegacyPickles read_legacy_pickles(const uint8_t* d, size_t n, const std::string& name, LegacyStorages& storages,
                                   const LoadOptions& options) {
   LegacyPickles out;
