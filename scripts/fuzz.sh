@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer target for the .pt reader with clang++ and runs it on a seed
-# corpus (the golden .pt files and their data.pkl records) for a fixed number of runs.
+# corpus (the golden .pt files of both formats, their data.pkl records and the object
+# pickles of the legacy ones) for a fixed number of runs.
 #
 #   scripts/fuzz.sh [RUNS]        # default 200000
 #
@@ -25,14 +26,26 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/seeds"
 cp "$golden"/pt/*.pt "$work/seeds/"
+for f in "$golden"/pt_legacy/*.pt; do cp "$f" "$work/seeds/legacy_$(basename "$f")"; done
 if command -v python3 >/dev/null; then  # the bare pickles reach the unpickler directly
   python3 - "$work/seeds" <<'PY'
-import glob, os, sys, zipfile
+import glob, io, os, pickle, pickletools, sys, zipfile
 for f in glob.glob(os.path.join(sys.argv[1], "*.pt")):
     if zipfile.is_zipfile(f):
         with zipfile.ZipFile(f) as z:
             name = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
             open(f[:-3] + ".pkl", "wb").write(z.read(name))
+        continue
+    try:  # legacy: magic number, protocol version, sys_info, then the object pickle
+        raw = open(f, "rb").read()
+        s = io.BytesIO(raw)
+        for _ in range(3):
+            pickle.load(s)
+        start = s.tell()
+        end = start + max(pos for _op, _arg, pos in pickletools.genops(raw[start:])) + 1
+        open(f[:-3] + ".pkl", "wb").write(raw[start:end])
+    except Exception:  # not a legacy stream (the tar-format file)
+        pass
 PY
 fi
 echo "fuzz.sh: $(ls "$work/seeds" | wc -l) seeds, $runs runs"

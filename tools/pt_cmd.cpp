@@ -1,7 +1,11 @@
 // `loader pt dump FILE` and `loader pt copy IN OUT`: inspect and re-save `.pt` files.
 //
-//   loader pt dump model.pt --indent 2     # JSON: zip records, object tree, tensor values
+//   loader pt dump model.pt --indent 2     # JSON: zip records (or legacy storage records),
+//                                          # object tree, tensor values
 //   loader pt copy model.pt copy.pt        # load, then save again (keeps state_dict _metadata)
+//   loader pt copy old.pt new.pt --legacy-format   # write the legacy (pre-1.6) format
+//
+// Both read either format; copy writes the zip format unless --legacy-format.
 //
 // Exit status 1 for a file that cannot be read or written, 2 for bad arguments.
 #include <iostream>
@@ -30,6 +34,24 @@ int run_pt_dump(Args& args) {
   int n_storages = 0;
   out["object"] = describe_value(a.value, &a, style, &n_storages);
   out["num_distinct_storages"] = n_storages;
+  if (a.format == pt::Format::Legacy) {
+    out["format"] = "legacy";
+    nlohmann::json records = nlohmann::json::array();
+    for (const auto& r : a.legacy.records)
+      records.push_back({{"key", r.key},
+                         {"dtype", dtype_name(r.dtype)},
+                         {"numel", r.numel},
+                         {"data_offset", r.data_offset},
+                         {"data_offset_mod_64", r.data_offset % 64}});
+    out["legacy"] = {{"sys_info",
+                      {{"protocol_version", a.legacy.protocol_version},
+                       {"little_endian", a.legacy.little_endian},
+                       {"type_sizes", {{"short", a.legacy.short_size}, {"int", a.legacy.int_size}, {"long", a.legacy.long_size}}}}},
+                     {"records", records}};
+    std::cout << out.dump(static_cast<int>(indent), ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return 0;
+  }
+  out["format"] = "zip";
   pt::ZipReader zip(pt::ByteSource::from_file(path));
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& e : zip.entries()) {
@@ -50,6 +72,7 @@ int run_pt_dump(Args& args) {
 int run_pt_copy(Args& args) {
   pt::SaveOptions options;
   options.write_byteorder = !args.flag("no-byteorder");
+  options.legacy_format = args.flag("legacy-format");
   if (auto name = args.get("archive-name")) options.archive_name = *name;
   args.finish();
   if (args.positional.size() != 2) throw UsageError("expected IN and OUT, got " + std::to_string(args.positional.size()) + " paths");
@@ -61,6 +84,9 @@ int run_pt_copy(Args& args) {
 }  // namespace
 
 LOADER_TOOL_COMMAND("pt dump", "pt dump FILE [--indent N] [--max-values N]", {}, run_pt_dump);
-LOADER_TOOL_COMMAND("pt copy", "pt copy IN OUT [--no-byteorder] [--archive-name NAME]", {"no-byteorder"}, run_pt_copy);
+#define LOADER_PT_COPY_FLAGS {"no-byteorder", "legacy-format"}
+LOADER_TOOL_COMMAND("pt copy", "pt copy IN OUT [--no-byteorder] [--archive-name NAME] [--legacy-format]",
+                    LOADER_PT_COPY_FLAGS, run_pt_copy);
+#undef LOADER_PT_COPY_FLAGS
 
 }  // namespace loader::tool

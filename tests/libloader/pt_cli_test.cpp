@@ -65,6 +65,57 @@ TEST(PtCli, DumpMatchesTheManifestForEveryGoldenFile) {
   EXPECT_EQ(n, 26);
 }
 
+TEST(PtCli, DumpReadsLegacyFiles) {
+  REQUIRE_TOOL();
+  int n = 0;
+  for (const std::string& name : loadable_legacy_files()) {
+    SCOPED_TRACE(name);
+    const auto& want = legacy_manifest()["files"][name];
+    auto r = run_command(shell_quote(kTool) + " pt dump " + shell_quote(golden_legacy(name)));
+    ASSERT_EQ(r.status, 0) << r.output;
+    const nlohmann::json got = nlohmann::json::parse(r.output);
+    const nlohmann::json w = to_tool_style(want["object"]);
+    EXPECT_EQ(got["object"], w) << json_diff(got["object"], w);
+    EXPECT_EQ(got["num_distinct_storages"], want["num_distinct_storages"]);
+    EXPECT_EQ(got["format"], "legacy");
+    EXPECT_FALSE(got.contains("zip"));
+    EXPECT_EQ(got["legacy"]["sys_info"], want["legacy"]["sys_info"]);
+    ASSERT_EQ(got["legacy"]["records"].size(), want["legacy"]["records"].size());
+    for (size_t i = 0; i < want["legacy"]["records"].size(); ++i)
+      for (const char* k : {"key", "dtype", "numel", "data_offset"})
+        EXPECT_EQ(got["legacy"]["records"][i][k], want["legacy"]["records"][i][k]) << k;
+    ++n;
+  }
+  EXPECT_EQ(n, 31);
+  // the legacy file of the zip golden set too
+  auto r = run_command(shell_quote(kTool) + " pt dump " + shell_quote(golden_pt("legacy_nonzip_float32.pt")));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["object"], to_tool_style(pt_manifest()["files"]["legacy_nonzip_float32.pt"]["object"]));
+}
+
+TEST(PtCli, CopyWritesZipUnlessAskedForTheLegacyFormat) {
+  REQUIRE_TOOL();
+  TempDir dir;
+  const std::string zip = dir.file("zip.pt"), legacy = dir.file("legacy.pt"), again = dir.file("again.pt");
+  const nlohmann::json want = legacy_manifest()["files"]["state_dict.pt"]["object"];
+  // a legacy input becomes a zip file
+  auto r = run_command(shell_quote(kTool) + " pt copy " + shell_quote(golden_legacy("state_dict.pt")) + " " + shell_quote(zip) + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(read_file(zip).substr(0, 4), "PK\x03\x04");
+  EXPECT_EQ(describe_manifest_style(pt::load_archive(zip)), want);
+  // --legacy-format writes the legacy one, from either format
+  r = run_command(shell_quote(kTool) + " pt copy --legacy-format " + shell_quote(zip) + " " + shell_quote(legacy) + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(read_file(legacy).substr(0, 4), std::string("\x80\x02\x8a\x0a", 4));
+  pt::Archive a = pt::load_archive(legacy);
+  EXPECT_EQ(a.format, pt::Format::Legacy);
+  EXPECT_EQ(describe_manifest_style(a), want);
+  r = run_command(shell_quote(kTool) + " pt copy " + shell_quote(golden_legacy("storage_views.pt")) + " " + shell_quote(again) +
+                  " --legacy-format 2>&1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(describe_manifest_style(pt::load_archive(again)), legacy_manifest()["files"]["storage_views.pt"]["object"]);
+}
+
 TEST(PtCli, DumpWritesNonFiniteFloatsAsJsonStrings) {
   REQUIRE_TOOL();
   auto r = run_command(shell_quote(kTool) + " pt dump " + shell_quote(golden_pt("t_float32.pt")));
@@ -90,9 +141,12 @@ TEST(PtCli, CopyRoundTripsAStateDict) {
 TEST(PtCli, BadFilesExitOneAndBadArgumentsExitTwo) {
   REQUIRE_TOOL();
   TempDir dir;
-  auto r = run_command(shell_quote(kTool) + " pt dump " + shell_quote(golden_pt("legacy_nonzip_float32.pt")) + " 2>&1");
+  auto r = run_command(shell_quote(kTool) + " pt dump " + shell_quote(golden_legacy("tar_format_float32.pt")) + " 2>&1");
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find("legacy"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tar-format"), std::string::npos) << r.output;
+  r = run_command(shell_quote(kTool) + " pt dump " + shell_quote(golden_legacy("module_tiny.pt")) + " 2>&1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("torch.nn.Module"), std::string::npos) << r.output;
   write_file(dir.file("junk.pt"), "not a zip");
   r = run_command(shell_quote(kTool) + " pt dump " + shell_quote(dir.file("junk.pt")) + " 2>&1");
   EXPECT_EQ(r.status, 1) << r.output;

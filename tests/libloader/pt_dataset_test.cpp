@@ -81,7 +81,21 @@ TEST(PtTensorDataset, BadFilesGiveTorchDataMessages) {
   }
   EXPECT_THROW(pt::PtTensorDataset(f.dir.file("scalar.pt")), loader::ValueError);
   EXPECT_THROW(pt::PtTensorDataset(f.dir.file("string.pt")), loader::TypeError);
-  EXPECT_THROW(pt::PtTensorDataset(golden_pt("legacy_nonzip_float32.pt")), pt::PtFormatError);
+  EXPECT_THROW(pt::PtTensorDataset(golden_legacy("tar_format_float32.pt")), pt::PtFormatError);
+}
+
+TEST(PtTensorDataset, LegacyFormatFilesServeTheSameSamples) {
+  Files f;
+  pt::SaveOptions o;
+  o.legacy_format = true;  // records ordered and padded so that both are aligned, hence mapped
+  pt::save(Value::tuple({f.x, f.y}), f.dir.file("legacy.pt"), o);
+  pt::PtTensorDataset ds(f.dir.file("legacy.pt"));
+  EXPECT_EQ(ds.size(), 10);
+  for (int64_t i : {0, 4, 9}) {
+    EXPECT_TRUE(ds.get(i)[0].to_tensor().equal(f.x[i]));
+    EXPECT_EQ(ds.get(i)[1].to_tensor().item<int64_t>(), i);
+  }
+  EXPECT_EQ(ds.get(3)[0].to_tensor().storage()->kind(), loader::MemoryKind::FileMapping);
 }
 
 TEST(PtTensorDataset, RegisteredTypeBuildsFromParams) {

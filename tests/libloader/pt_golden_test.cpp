@@ -19,18 +19,31 @@ std::vector<std::string> zip_golden_files() {
   return names;
 }
 
-TEST(PtGolden, ManifestListsTheZipFiles) {
+std::vector<std::string> all_golden_files() {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : pt_manifest()["files"].items()) names.push_back(name);
+  return names;
+}
+
+TEST(PtGolden, ManifestListsTheZipFilesAndOneLegacyFile) {
   EXPECT_EQ(zip_golden_files().size(), 26u);
+  EXPECT_EQ(all_golden_files().size(), 27u);
 }
 
 TEST(PtGolden, EveryFileLoadsToTheManifestObject) {
-  for (const std::string& name : zip_golden_files()) {
+  for (const std::string& name : all_golden_files()) {
     SCOPED_TRACE(name);
     const auto& want = pt_manifest()["files"][name];
     pt::Archive a = pt::load_archive(golden_pt(name));
     int n_storages = 0;
     nlohmann::json got = describe_manifest_style(a, &n_storages);
     EXPECT_EQ(got, want["object"]) << json_diff(got, want["object"]);
+    if (want.contains("format")) {  // legacy_nonzip_float32.pt
+      EXPECT_EQ(a.format, pt::Format::Legacy);
+      EXPECT_EQ(n_storages, 1);
+      continue;
+    }
+    EXPECT_EQ(a.format, pt::Format::Zip);
     EXPECT_EQ(n_storages, want["num_distinct_storages"].get<int>());
     EXPECT_EQ(a.archive_name, want["zip"]["archive_prefix"].get<std::string>());
   }
@@ -114,15 +127,13 @@ TEST(PtGolden, NestedHasIntKeysAndBytes) {
   EXPECT_EQ(b.at("h").to_string(), std::string("\x00\x01", 2));
 }
 
-TEST(PtGolden, LegacyFileIsRefusedWithConversionAdvice) {
-  try {
-    pt::load(golden_pt("legacy_nonzip_float32.pt"));
-    FAIL() << "legacy file loaded";
-  } catch (const pt::PtFormatError& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("legacy"), std::string::npos) << m;
-    EXPECT_NE(m.find("torch.save(torch.load("), std::string::npos) << m;
-  }
+TEST(PtGolden, LegacyFileStartsWithTheRecordedBytes) {
+  const auto& want = pt_manifest()["files"]["legacy_nonzip_float32.pt"];
+  const std::string bytes = read_file(golden_pt("legacy_nonzip_float32.pt"));
+  EXPECT_EQ(bytes.size(), want["file_size"].get<size_t>());
+  char hex[33];
+  for (size_t i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned char>(bytes[i]));
+  EXPECT_EQ(std::string(hex), want["first_bytes_hex"].get<std::string>());  // the magic number's pickle
 }
 
 TEST(PtGolden, SavingReproducesTorchSaveByteForByte) {
@@ -141,13 +152,14 @@ TEST(PtGolden, SavingReproducesTorchSaveByteForByte) {
 
 TEST(PtGolden, SavedFilesHaveByteorderAlignedRecordsAndCrcs) {
   TempDir dir;
-  for (const std::string& name : zip_golden_files()) {
+  for (const std::string& name : all_golden_files()) {  // a legacy input is written as a zip file too
     SCOPED_TRACE(name);
     pt::Archive a = pt::load_archive(golden_pt(name));
     const std::string out = dir.file(name);
     pt::save(a, out);
     pt::ZipReader zip(pt::ByteSource::from_file(out));
     const std::string stem = name.substr(0, name.size() - 3);  // torch 1.x: the file stem
+    EXPECT_EQ(pt::load_archive(out).format, pt::Format::Zip);
     const pt::ZipEntry* bo = zip.find(stem + "/byteorder");
     ASSERT_NE(bo, nullptr);
     EXPECT_EQ(zip.read(*bo), "little");
@@ -163,7 +175,7 @@ TEST(PtGolden, SavedFilesHaveByteorderAlignedRecordsAndCrcs) {
 }
 
 TEST(PtGolden, MmapLoadWrapsTheFilePagesAndGivesTheSameValues) {
-  for (const std::string& name : zip_golden_files()) {
+  for (const std::string& name : zip_golden_files()) {  // legacy files: pt_legacy_test.cpp
     SCOPED_TRACE(name);
     pt::LoadOptions o;
     o.mmap = true;

@@ -97,6 +97,22 @@ inline const nlohmann::json& pt_manifest() {
 
 inline std::string golden_pt(const std::string& name) { return golden_path("pt/" + name); }
 
+/// golden/pt_legacy/manifest.json: the legacy-format files (tests/golden/make_legacy.py).
+inline const nlohmann::json& legacy_manifest() {
+  static const nlohmann::json m = nlohmann::json::parse(read_file(golden_path("pt_legacy/manifest.json")));
+  return m;
+}
+
+inline std::string golden_legacy(const std::string& name) { return golden_path("pt_legacy/" + name); }
+
+/// The legacy golden files loader reads (the manifest marks the others "refused").
+inline std::vector<std::string> loadable_legacy_files() {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : legacy_manifest()["files"].items())
+    if (!entry.contains("refused")) names.push_back(name);
+  return names;
+}
+
 /// Our description of a loaded archive in the manifest's style (Python reprs of NaN/inf).
 inline nlohmann::json describe_manifest_style(const pt::Archive& a, int* num_storages = nullptr) {
   tool::JsonStyle style;

@@ -3,6 +3,10 @@
   pt_torch_helper.py describe OUT.json FILE...   load each FILE with torch.load and describe it
   pt_torch_helper.py make OUTDIR                 torch.save a set of objects into OUTDIR and
                                                  describe them in OUTDIR/manifest.json
+  pt_torch_helper.py make_pairs OUTDIR N SEED    torch.save N random objects twice, in the zip
+                                                 (NAME_zip.pt) and the legacy format
+                                                 (NAME_legacy.pt); OUTDIR/manifest.json
+                                                 describes them by NAME
 
 Descriptions use the layout of golden/make_golden.py's describe_obj (pt_manifest.json),
 extended with sets and bytearrays as loader represents them.
@@ -64,11 +68,19 @@ def tensor_entry(t):
     return e
 
 
+def _storage_identity(t):
+    """The storage itself (its StorageImpl), as torch.save deduplicates: unlike data_ptr(),
+    this tells apart distinct empty storages, which all have data_ptr() 0."""
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage()._cdata
+    return t.storage()._storage._cdata
+
+
 def describe(x, storages):
     if isinstance(x, torch.Tensor):
         d = tensor_entry(x)
         d["kind"] = "parameter" if isinstance(x, torch.nn.Parameter) else "tensor"
-        d["storage_id"] = storages.setdefault(x.storage().data_ptr(), len(storages))
+        d["storage_id"] = storages.setdefault(_storage_identity(x), len(storages))
         return d
     if isinstance(x, collections.OrderedDict):
         d = {"kind": "OrderedDict", "items": [[describe(k, storages), describe(v, storages)] for k, v in x.items()]}
@@ -118,9 +130,15 @@ def cmd_describe(out, files):
             obj = torch.load(f)
         r.update(entry(obj))
         import zipfile
-        with zipfile.ZipFile(f) as z:
-            r["testzip"] = z.testzip()
-            r["records"] = z.namelist()
+        if zipfile.is_zipfile(f):
+            r["format"] = "zip"
+            with zipfile.ZipFile(f) as z:
+                r["testzip"] = z.testzip()
+                r["records"] = z.namelist()
+        else:
+            r["format"] = "legacy"
+            r["testzip"] = None
+            r["records"] = []
         result[os.path.basename(f)] = r
     with open(out, "w") as fh:
         json.dump(result, fh)
@@ -192,10 +210,91 @@ def cmd_make(outdir):
         json.dump(manifest, fh)
 
 
+def random_objects(n, seed):
+    """n random objects of tensors (every dtype, views, shared storages, 0-dim and empty),
+    Parameters, nested containers and state_dicts; no Python floats or bytes, which
+    torch 1.13's weights_only loader cannot read."""
+    import random
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+              torch.int8, torch.uint8, torch.bool, torch.complex64]
+
+    def new_tensor():
+        dt = rng.choice(dtypes)
+        shape = [rng.randint(0, 4) for _ in range(rng.randint(0, 3))]
+        if dt.is_complex or dt.is_floating_point:
+            return torch.randn(shape, generator=gen, dtype=torch.complex64 if dt.is_complex else torch.float64).to(dt)
+        if dt == torch.bool:
+            return torch.rand(shape, generator=gen) > 0.5
+        lo, hi = (0, 256) if dt == torch.uint8 else (-128, 128)
+        return torch.randint(lo, hi, shape, generator=gen, dtype=dt)
+
+    def view_of(t):
+        choices = [lambda: t]
+        if t.dim() == 2:
+            choices.append(lambda: t.t())
+        if t.dim() >= 1 and t.shape[0] > 1:
+            choices += [lambda: t[1:], lambda: t[::2], lambda: t[-1]]
+        if t.dim() >= 1:
+            choices.append(lambda: t.unsqueeze(0).expand(2, *t.shape))
+        return rng.choice(choices)()
+
+    def tensor(pool):
+        if pool and rng.random() < 0.4:
+            t = view_of(rng.choice(pool))  # shares a storage with an earlier tensor
+        else:
+            t = new_tensor()
+            pool.append(t)
+            t = view_of(t) if rng.random() < 0.3 else t
+        r = rng.random()
+        if r < 0.1 and (t.dtype.is_floating_point or t.dtype.is_complex):
+            return torch.nn.Parameter(t, requires_grad=rng.random() < 0.7)
+        if r < 0.15 and t.dtype.is_floating_point:
+            return t.detach().requires_grad_()
+        return t
+
+    def value(pool, depth):
+        r = rng.random()
+        if depth >= 3 or r < 0.45:
+            return tensor(pool)
+        if r < 0.55:
+            return rng.choice([rng.randint(-2**40, 2**40), "s%d" % rng.randint(0, 99), True, False, None])
+        items = [value(pool, depth + 1) for _ in range(rng.randint(0, 4))]
+        if r < 0.7:
+            return items
+        if r < 0.8:
+            return tuple(items)
+        keys = ["k%d" % i if rng.random() < 0.7 else i for i in range(len(items))]
+        return (dict if r < 0.9 else collections.OrderedDict)(zip(keys, items))
+
+    objs = {}
+    for i in range(n):
+        if i % 7 == 3:
+            net = torch.nn.Sequential(torch.nn.Linear(rng.randint(1, 4), 2), torch.nn.BatchNorm1d(2))
+            objs["random_%02d" % i] = net.state_dict()
+        else:
+            pool = []
+            objs["random_%02d" % i] = {"x%d" % k: value(pool, 1) for k in range(rng.randint(1, 5))}
+    return objs
+
+
+def cmd_make_pairs(outdir, n, seed):
+    manifest = {}
+    for name, obj in random_objects(n, seed).items():
+        torch.save(obj, os.path.join(outdir, name + "_zip.pt"))
+        torch.save(obj, os.path.join(outdir, name + "_legacy.pt"), _use_new_zipfile_serialization=False)
+        manifest[name] = entry(obj)
+    with open(os.path.join(outdir, "manifest.json"), "w") as fh:
+        json.dump(manifest, fh)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "describe":
         cmd_describe(sys.argv[2], sys.argv[3:])
     elif sys.argv[1] == "make":
         cmd_make(sys.argv[2])
+    elif sys.argv[1] == "make_pairs":
+        cmd_make_pairs(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
-        sys.exit("usage: pt_torch_helper.py describe OUT.json FILE... | make OUTDIR")
+        sys.exit("usage: pt_torch_helper.py describe OUT.json FILE... | make OUTDIR | make_pairs OUTDIR N SEED")

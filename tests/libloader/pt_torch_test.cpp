@@ -219,3 +219,102 @@ TEST(PtTorch, Zip64RecordsLoadInPyTorch) {
 }
 
 }  // namespace
+
+namespace {
+
+const std::string kTool = std::string(LOADER_BINARY_DIR) + "/loader";
+
+// `loader pt dump FILE`: the object and the number of distinct storages.
+nlohmann::json dump_of(const std::string& path) {
+  auto r = run_command(shell_quote(kTool) + " pt dump " + shell_quote(path) + " 2>&1");
+  EXPECT_EQ(r.status, 0) << r.output;
+  if (r.status != 0) return nullptr;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  return {j["object"], j["num_distinct_storages"], j["format"]};
+}
+
+// What we write in the legacy format loads in PyTorch, with weights_only where the zip
+// format does too.
+TEST(PtTorch, LegacyFilesWeWriteLoadInPyTorchWithTheSameValues) {
+  REQUIRE_TORCH();
+  TempDir dir;
+  auto objs = cpp_objects();
+  std::string files;
+  pt::SaveOptions o;
+  o.legacy_format = true;
+  for (const auto& [name, w] : objs) {
+    pt::save(w.archive, dir.file(name + ".pt"), o);
+    files += " " + shell_quote(dir.file(name + ".pt"));
+  }
+  const std::string out = dir.file("described.json");
+  auto r = run_command(shell_quote(torch_python()) + " " + shell_quote(kHelper) + " describe " + shell_quote(out) + files + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json got = nlohmann::json::parse(read_file(out));
+  ASSERT_EQ(got.size(), objs.size());
+  for (const auto& [name, w] : objs) {
+    SCOPED_TRACE(name);
+    const auto& py = got[name + ".pt"];
+    EXPECT_EQ(py["format"], "legacy");
+    int n_storages = 0;
+    nlohmann::json ours = describe_manifest_style(w.archive, &n_storages);
+    EXPECT_EQ(py["object"], ours) << json_diff(py["object"], ours);
+    EXPECT_EQ(py["num_distinct_storages"].get<int>(), n_storages);
+    EXPECT_EQ(py["weights_only"].get<bool>(), w.weights_only) << py.value("weights_only_error", "");
+  }
+}
+
+// Random objects saved by PyTorch in both formats: `loader pt dump` gives the same
+// object for both files, and PyTorch's own description; `loader pt copy --legacy-format`
+// of either loads in PyTorch (weights_only=True) equal to the original.
+TEST(PtTorch, RandomObjectsDumpTheSameFromLegacyAndZipFilesAndCopyBack) {
+  REQUIRE_TORCH();
+  if (!std::filesystem::exists(kTool)) GTEST_SKIP() << "the loader tool is not built at " << kTool;
+  TempDir dir;
+  const int n = 40;
+  auto r = run_command(shell_quote(torch_python()) + " " + shell_quote(kHelper) + " make_pairs " + shell_quote(dir.path()) +
+                       " " + std::to_string(n) + " 20240601 2>&1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(dir.file("manifest.json")));
+  ASSERT_EQ(manifest.size(), static_cast<size_t>(n));
+  std::string copies;
+  int tensors = 0;
+  for (const auto& [name, want] : manifest.items()) {
+    SCOPED_TRACE(name);
+    const std::string zip = dir.file(name + "_zip.pt"), legacy = dir.file(name + "_legacy.pt");
+    const nlohmann::json dz = dump_of(zip), dl = dump_of(legacy);
+    ASSERT_FALSE(dz.is_null() || dl.is_null());
+    EXPECT_EQ(dz[2], "zip");
+    EXPECT_EQ(dl[2], "legacy");
+    EXPECT_EQ(dl[0], dz[0]) << json_diff(dl[0], dz[0]);
+    EXPECT_EQ(dl[1], dz[1]);
+    // and both are what PyTorch describes (in the manifest's spelling of NaN and inf)
+    int n_storages = 0;
+    const nlohmann::json ours = describe_manifest_style(pt::load_archive(legacy), &n_storages);
+    EXPECT_EQ(ours, want["object"]) << json_diff(ours, want["object"]);
+    EXPECT_EQ(n_storages, want["num_distinct_storages"].get<int>());
+    tensors += n_storages;
+    for (const std::string& in : {zip, legacy}) {
+      const std::string out = in.substr(0, in.size() - 3) + "_copy.pt";
+      r = run_command(shell_quote(kTool) + " pt copy --legacy-format " + shell_quote(in) + " " + shell_quote(out) + " 2>&1");
+      ASSERT_EQ(r.status, 0) << r.output;
+      copies += " " + shell_quote(out);
+    }
+  }
+  EXPECT_GT(tensors, 100);
+  const std::string out = dir.file("copies.json");
+  r = run_command(shell_quote(torch_python()) + " " + shell_quote(kHelper) + " describe " + shell_quote(out) + copies + " 2>&1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const nlohmann::json got = nlohmann::json::parse(read_file(out));
+  ASSERT_EQ(got.size(), 2u * n);
+  for (const auto& [name, want] : manifest.items())
+    for (const char* kind : {"_zip_copy.pt", "_legacy_copy.pt"}) {
+      SCOPED_TRACE(name + kind);
+      const auto& py = got[name + kind];
+      EXPECT_EQ(py["format"], "legacy");
+      EXPECT_TRUE(py["weights_only"].get<bool>()) << py.value("weights_only_error", "");
+      EXPECT_EQ(py["object"], want["object"]) << json_diff(py["object"], want["object"]);
+      EXPECT_EQ(py["num_distinct_storages"], want["num_distinct_storages"]);
+    }
+}
+
+}  // namespace

@@ -1,5 +1,5 @@
 // The error thrown for a `.pt` file that cannot be read: truncated, corrupt, hostile,
-// legacy or otherwise not what `torch.save` writes.
+// in the pre-0.4 tar format, a pickled nn.Module, or otherwise not what `torch.save` writes.
 //
 //   try { loader::pt::load("model.pt"); }
 //   catch (const loader::pt::PtFormatError& e) { std::cerr << e.what(); }

@@ -99,9 +99,9 @@ bool is_set(const Value& v) {
 
 class Unpickler {
  public:
-  Unpickler(const uint8_t* data, size_t size, PickleHooks& hooks, const std::string& where,
+  Unpickler(const uint8_t* data, size_t size, size_t start, PickleHooks& hooks, const std::string& where,
             const UnpicklerLimits& limits)
-      : data_(data), size_(size), hooks_(hooks), where_(where), limits_(limits) {}
+      : data_(data), size_(size), hooks_(hooks), where_(where), limits_(limits), pos_(start), op_pos_(start) {}
 
   ~Unpickler() {
     if (!committed_) dismantle();
@@ -109,10 +109,15 @@ class Unpickler {
 
   Value run() {
     Value result = loop();
+    const size_t end = pos_;
     check_structure(result);
     committed_ = true;
+    pos_ = end;
     return result;
   }
+
+  /// Offset just past the STOP opcode (after run()).
+  size_t end() const { return pos_; }
 
  private:
   // ---------------------------------------------------------------- errors and input
@@ -121,10 +126,17 @@ class Unpickler {
     if (const char* n = opcode_name(opcode_)) op = std::string(" (") + n + ")";
     throw PtFormatError(where_ + " offset " + std::to_string(op_pos_) + op + ": " + what);
   }
+  // The input ends before the pickle does: a truncated pickle (or, for a caller that
+  // reads a file piecewise, a window too small for it).
+  [[noreturn]] void fail_truncated(const std::string& what) const {
+    std::string op;
+    if (const char* n = opcode_name(opcode_)) op = std::string(" (") + n + ")";
+    throw PickleTruncatedError(where_ + " offset " + std::to_string(op_pos_) + op + ": " + what);
+  }
 
   const uint8_t* take(uint64_t n) {
     if (n > size_ - pos_)
-      fail("needs " + std::to_string(n) + " bytes but only " + std::to_string(size_ - pos_) +
+      fail_truncated("needs " + std::to_string(n) + " bytes but only " + std::to_string(size_ - pos_) +
            " remain (truncated pickle)");
     const uint8_t* p = data_ + pos_;
     pos_ += static_cast<size_t>(n);
@@ -146,7 +158,7 @@ class Unpickler {
   }
   std::string line() {
     const void* nl = std::memchr(data_ + pos_, '\n', size_ - pos_);
-    if (!nl) fail("line without a newline (truncated pickle)");
+    if (!nl) fail_truncated("line without a newline (truncated pickle)");
     size_t n = static_cast<size_t>(static_cast<const uint8_t*>(nl) - (data_ + pos_));
     std::string s(reinterpret_cast<const char*>(data_ + pos_), n);
     pos_ += n + 1;
@@ -278,7 +290,7 @@ class Unpickler {
   Value loop() {
     while (true) {
       op_pos_ = pos_;
-      if (pos_ >= size_) fail("pickle ends without STOP (truncated)");
+      if (pos_ >= size_) fail_truncated("pickle ends without STOP (truncated)");
       opcode_ = data_[pos_++];
       switch (opcode_) {
         case 0x80: {  // PROTO
@@ -288,7 +300,7 @@ class Unpickler {
         }
         case 0x95: {  // FRAME: a length hint, nothing to do
           uint64_t n = u64();
-          if (n > size_ - pos_) fail("frame of " + std::to_string(n) + " bytes runs past the end");
+          if (n > size_ - pos_) fail_truncated("frame of " + std::to_string(n) + " bytes runs past the end");
           break;
         }
         case '.': return pop();
@@ -664,8 +676,17 @@ std::string dict_key_of(const Value& key, int max_depth) {
 
 Value unpickle(const uint8_t* data, size_t size, PickleHooks& hooks, const std::string& where,
                const UnpicklerLimits& limits) {
-  Unpickler u(data, size, hooks, where, limits);
+  Unpickler u(data, size, 0, hooks, where, limits);
   return u.run();
+}
+
+Value unpickle_stream(const uint8_t* data, size_t size, size_t& pos, PickleHooks& hooks, const std::string& where,
+                      const UnpicklerLimits& limits) {
+  if (pos > size) throw PtFormatError(where + " offset " + std::to_string(pos) + ": past the end of the input");
+  Unpickler u(data, size, pos, hooks, where, limits);
+  Value v = u.run();
+  pos = u.end();
+  return v;
 }
 
 // ------------------------------------------------------------------ Pickler

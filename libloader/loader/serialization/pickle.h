@@ -64,10 +64,22 @@ struct UnpicklerLimits {
   int max_depth = 1000;
 };
 
+/// Thrown (a PtFormatError) when the input ends before the pickle's STOP opcode.
+class PickleTruncatedError : public PtFormatError {
+ public:
+  using PtFormatError::PtFormatError;
+};
+
 /// Reads one pickle from `data`; `where` names the record in messages.  Throws
 /// PtFormatError naming the opcode and its byte offset for anything malformed.
 Value unpickle(const uint8_t* data, size_t size, PickleHooks& hooks, const std::string& where,
                const UnpicklerLimits& limits = {});
+
+/// Reads the pickle that starts at `data[pos]` and is followed by other bytes (the
+/// legacy `.pt` format is a stream of pickles); on return `pos` is just past its STOP
+/// opcode.  Offsets in messages count from `data`.
+Value unpickle_stream(const uint8_t* data, size_t size, size_t& pos, PickleHooks& hooks, const std::string& where,
+                      const UnpicklerLimits& limits = {});
 
 /// A key for Python-style dict lookups: equal for keys Python considers equal
 /// (1 == 1.0 == True, tuples element-wise), distinct otherwise.  Throws

@@ -130,16 +130,31 @@ class GlobalRef final : public PickleObject {
   GlobalSpec spec_;
 };
 
-// A storage named by a persistent id: the bytes of record data/<key>.
+// A storage named by a persistent id: the bytes of record data/<key> (zip), or of a
+// storage record or a view into one (legacy).  `label` names it in messages.
 class StorageRef final : public PickleObject {
  public:
-  StorageRef(std::shared_ptr<Storage> s, DType dtype, bool untyped, std::string key)
-      : storage(std::move(s)), dtype(dtype), untyped(untyped), key(std::move(key)) {}
-  std::string type_name() const override { return "storage 'data/" + key + "'"; }
+  StorageRef(std::shared_ptr<Storage> s, DType dtype, bool untyped, std::string key, std::string label)
+      : storage(std::move(s)), dtype(dtype), untyped(untyped), key(std::move(key)), label(std::move(label)) {}
+  std::string type_name() const override { return "storage " + label; }
   std::shared_ptr<Storage> storage;
   DType dtype;
   bool untyped;
   std::string key;
+  std::string label;  // "'data/0'" (zip), "'140234'" or "view '1402' of '1401'" (legacy)
+};
+
+// A global outside the allow-list met in a legacy file.  PyTorch's legacy format pickles
+// a whole nn.Module class as the persistent id ('module', <class>, source_file, source),
+// and the class's GLOBAL comes first; the refusal waits for the next opcode that uses
+// it, so that a pickled module gets its own message.  It is never called or built.
+class RefusedGlobal final : public PickleObject {
+ public:
+  explicit RefusedGlobal(std::string full) : full_(std::move(full)) {}
+  std::string type_name() const override { return full_; }
+
+ private:
+  std::string full_;
 };
 
 const GlobalRef* as_global(const Value& v) {
@@ -242,6 +257,13 @@ bool bool_arg(const Value& v, const char* what) {
   throw PtFormatError(std::string(what) + " is a " + v.python_type() + ", not a bool");
 }
 
+// A storage key: a str, or an int (written as its decimal digits).
+std::string key_arg(const Value& v, const char* what) {
+  if (v.is_string()) return v.to_string();
+  if (v.is_int()) return std::to_string(v.to_int());
+  throw PtFormatError(std::string(what) + " is a " + v.python_type() + ", not a str");
+}
+
 // Builds a tensor over a storage after checking, without any overflow, that every
 // element it addresses lies inside the storage.
 Tensor make_view(const StorageRef& s, DType dtype, const Value& offset_v, const Value& size_v,
@@ -274,7 +296,7 @@ Tensor make_view(const StorageRef& s, DType dtype, const Value& offset_v, const 
     uint64_t need;
     if (__builtin_mul_overflow(static_cast<uint64_t>(last) + 1, static_cast<uint64_t>(es), &need) ||
         need > s.storage->nbytes())
-      throw PtFormatError("storage 'data/" + s.key + "' holds " + std::to_string(s.storage->nbytes()) +
+      throw PtFormatError("storage " + s.label + " holds " + std::to_string(s.storage->nbytes()) +
                           " bytes, too small for a " + dtype_name(dtype) + " view with sizes " +
                           Dims(sizes).str() + ", strides " + Dims(strides).str() + " and offset " +
                           std::to_string(offset));
@@ -283,14 +305,32 @@ Tensor make_view(const StorageRef& s, DType dtype, const Value& offset_v, const 
 }
 
 // ------------------------------------------------------------------ loading hooks
+// Where TorchHooks gets the bytes of the storages that persistent ids name.
+class StorageProvider {
+ public:
+  virtual ~StorageProvider() = default;
+  /// Storage `key`, first referenced as `numel` elements of `dtype` (`nbytes` bytes,
+  /// computed without overflow).  Called once per key.
+  virtual std::shared_ptr<Storage> root(const std::string& key, DType dtype, bool untyped, int64_t numel,
+                                        uint64_t nbytes) = 0;
+  /// `nbytes` bytes of `root` from byte `offset` on (checked to lie inside it).
+  virtual std::shared_ptr<Storage> view(const std::shared_ptr<Storage>& root, uint64_t offset, uint64_t nbytes) = 0;
+};
+
 class TorchHooks final : public PickleHooks {
  public:
-  TorchHooks(const ZipReader& zip, std::string prefix, const LoadOptions& options, bool swap)
-      : zip_(zip), prefix_(std::move(prefix)), options_(options), swap_(swap) {}
+  /// `legacy`: persistent ids are ('storage', type, key, location, numel, view_metadata)
+  /// as the legacy format writes them; otherwise the zip format's 5-tuples.
+  TorchHooks(StorageProvider& provider, bool legacy, bool swap)
+      : provider_(provider), legacy_(legacy), swap_(swap) {}
 
   std::vector<ObjectState> states;
 
+  /// A global refused in a legacy file and not used yet (see RefusedGlobal), or "".
+  const std::string& pending_refusal() const { return pending_; }
+
   Value find_class(const std::string& module, const std::string& name) override {
+    check_pending();
     std::string m = module == "__builtin__" ? "builtins" : module;
     const std::string full = m + "." + name;
     const auto& table = global_table();
@@ -301,61 +341,73 @@ class TorchHooks final : public PickleHooks {
                           ": loader has no such dtype (it has bool, uint8, int8, int16, int32, int64, "
                           "float16, bfloat16, float32, float64, complex64); convert the tensor in "
                           "Python (e.g. .to(torch.complex64)) and save it again");
-    throw PtFormatError("Unsupported global: GLOBAL " + full +
-                        " is not allowed: loader only honours the globals that tensors, Parameters "
-                        "and OrderedDicts need (as torch.load(weights_only=True)). The file may be "
-                        "malicious, or it holds Python objects: load it in Python and save only "
-                        "tensors and containers (for a model, its state_dict())");
+    std::string refusal = "Unsupported global: GLOBAL " + full +
+                          " is not allowed: loader only honours the globals that tensors, Parameters "
+                          "and OrderedDicts need (as torch.load(weights_only=True)). The file may be "
+                          "malicious, or it holds Python objects: load it in Python and save only "
+                          "tensors and containers (for a model, its state_dict())";
+    if (!legacy_) throw PtFormatError(refusal);
+    pending_ = std::move(refusal);
+    return Value::object(std::make_shared<RefusedGlobal>(full));
   }
 
   Value persistent_load(const Value& pid) override {
-    if (!pid.is_tuple()) throw PtFormatError("persistent id is a " + pid.python_type() + ", not a tuple");
+    if (!pid.is_tuple()) {
+      check_pending();
+      throw PtFormatError("persistent id is a " + pid.python_type() + ", not a tuple");
+    }
     const auto& p = pid.items();
-    if (p.empty() || !(p[0].is_string() || p[0].is_bytes()) || p[0].to_string() != "storage")
+    const bool named = !p.empty() && (p[0].is_string() || p[0].is_bytes());
+    if (legacy_ && named && p[0].to_string() == "module") {
+      pending_.clear();  // the module's class was the refused global: this says more
+      throw PtFormatError(
+          "persistent id ('module', " + (p.size() > 1 ? p[1].python_type() : std::string("?")) +
+          ", ...): the file holds a whole pickled torch.nn.Module (torch.save(model)); loader never "
+          "imports or runs a module's classes or code. In Python, save only its weights: "
+          "torch.save(torch.load(path).state_dict(), new_path)");
+    }
+    check_pending();
+    if (!named || p[0].to_string() != "storage")
       throw PtFormatError("Only persistent_load of storage is allowed, but got " +
-                          (p.empty() ? std::string("()") : p[0].python_type()));
-    if (p.size() != 5)
-      throw PtFormatError("storage persistent id has " + std::to_string(p.size()) +
-                          " items, expected ('storage', type, key, location, numel)");
+                          (p.empty() ? std::string("()") : named ? "'" + p[0].to_string() + "'" : p[0].python_type()));
+    if (p.size() != (legacy_ ? 6u : 5u))
+      throw PtFormatError("storage persistent id has " + std::to_string(p.size()) + " items, expected " +
+                          (legacy_ ? "('storage', type, key, location, numel, view_metadata)"
+                                   : "('storage', type, key, location, numel)"));
     const GlobalRef* type = as_global(p[1]);
     if (!type || type->spec().kind != G::StorageType)
       throw PtFormatError("storage type is a " + p[1].python_type() + ", not a torch storage class");
-    std::string key;
-    if (p[2].is_string()) key = p[2].to_string();
-    else if (p[2].is_int()) key = std::to_string(p[2].to_int());
-    else throw PtFormatError("storage key is a " + p[2].python_type() + ", not a str");
+    const std::string key = key_arg(p[2], "storage key");
     const int64_t numel = int_arg(p[4], "storage numel");
     if (numel < 0) throw PtFormatError("negative storage numel " + std::to_string(numel));
     const DType dtype = type->spec().dtype;
     const bool untyped = type->spec().untyped;
+    const std::string label = legacy_ ? "'" + key + "'" : "'data/" + key + "'";
     uint64_t nbytes;
     if (__builtin_mul_overflow(static_cast<uint64_t>(numel), static_cast<uint64_t>(element_size(dtype)), &nbytes))
-      throw PtFormatError("storage 'data/" + key + "' size overflows");
+      throw PtFormatError("storage " + label + " size overflows");
+    std::shared_ptr<StorageRef> root;
     auto cached = storages_.find(key);
     if (cached != storages_.end()) {
       const StorageRef& s = *cached->second;
       if (nbytes > s.storage->nbytes())
-        throw PtFormatError("storage 'data/" + key + "' is referenced with " + std::to_string(nbytes) +
+        throw PtFormatError("storage " + label + " is referenced with " + std::to_string(nbytes) +
                             " bytes, more than the " + std::to_string(s.storage->nbytes()) + " first declared");
       if (swap_ && element_size(s.dtype) != element_size(dtype))
-        throw PtFormatError("storage 'data/" + key + "' of a big-endian file is viewed with two element sizes; cannot byte-swap it");
-      return Value::object(std::make_shared<StorageRef>(s.storage, dtype, untyped, key));
+        throw PtFormatError("storage " + label + " of a big-endian file is viewed with two element sizes; cannot byte-swap it");
+      root = std::make_shared<StorageRef>(s.storage, dtype, untyped, key, label);
+    } else {
+      if (views_.count(key))
+        throw PtFormatError("storage key " + label + " was used before as the key of a storage view");
+      root = std::make_shared<StorageRef>(provider_.root(key, dtype, untyped, numel, nbytes), dtype, untyped, key, label);
+      storages_.emplace(key, root);
     }
-    const std::string record = prefix_ + "data/" + key;
-    const ZipEntry* e = zip_.find(record);
-    if (!e) throw PtFormatError("storage record '" + record + "' is missing from the archive");
-    if (e->uncompressed_size < nbytes)
-      throw PtFormatError("record '" + record + "' has " + std::to_string(e->uncompressed_size) +
-                          " bytes, but the pickle declares a storage of " + std::to_string(numel) +
-                          " elements of " + std::to_string(element_size(dtype)) + " bytes");
-    if (swap_ && untyped)
-      throw PtFormatError("big-endian files with untyped storages (_rebuild_tensor_v3) are not supported");
-    auto ref = std::make_shared<StorageRef>(materialize(*e, static_cast<size_t>(nbytes), dtype), dtype, untyped, key);
-    storages_.emplace(key, ref);
-    return Value::object(ref);
+    if (!legacy_ || p[5].is_none()) return Value::object(root);
+    return Value::object(legacy_view(*root, p[5]));
   }
 
   Value reduce(const Value& fn, const Value& args_v) override {
+    check_pending();
     const GlobalRef* g = as_global(fn);
     if (!g) throw PtFormatError("REDUCE calls a " + fn.python_type() + ", which is not an allowed function");
     const auto& a = args_v.items();
@@ -452,6 +504,7 @@ class TorchHooks final : public PickleHooks {
   }
 
   Value new_object(const Value& cls, const Value& args_v) override {
+    check_pending();
     const GlobalRef* g = as_global(cls);
     const auto& a = args_v.items();
     if (g && g->spec().kind == G::ParameterClass && !a.empty() && a.size() <= 2)
@@ -463,6 +516,7 @@ class TorchHooks final : public PickleHooks {
   }
 
   void build(Value& object, const Value& state) override {
+    check_pending();
     if (!object.is_dict() || object.type_name() != kOrderedDict)
       throw PtFormatError("Can only build OrderedDict objects, but got " + object.python_type());
     if (!state.is_dict())
@@ -518,6 +572,90 @@ class TorchHooks final : public PickleHooks {
     throw PtFormatError("_codecs.encode with encoding '" + encoding.to_string() + "' is not supported");
   }
 
+  void check_pending() const {
+    if (!pending_.empty()) throw PtFormatError(pending_);
+  }
+
+  // A legacy view_metadata (view_key, offset, view_size): the storage is elements
+  // [offset, offset + view_size) of `root`, counted in the reference's dtype.
+  std::shared_ptr<StorageRef> legacy_view(const StorageRef& root, const Value& meta) {
+    if (!meta.is_tuple() || meta.items().size() != 3)
+      throw PtFormatError("view_metadata of storage " + root.label + " is a " + meta.python_type() +
+                          ", expected None or (view_key, offset, view_size)");
+    const auto& m = meta.items();
+    const std::string vkey = key_arg(m[0], "storage view key");
+    const int64_t offset = int_arg(m[1], "storage view offset");
+    const int64_t size = int_arg(m[2], "storage view size");
+    const std::string label = "view '" + vkey + "' of '" + root.key + "'";
+    const uint64_t es = element_size(root.dtype);
+    const uint64_t have = root.storage->nbytes();
+    if (offset < 0 || size < 0 || static_cast<uint64_t>(offset) > have / es ||
+        static_cast<uint64_t>(size) > have / es - static_cast<uint64_t>(offset))
+      throw PtFormatError("storage " + label + ": elements [" + std::to_string(offset) + ", " + std::to_string(offset) +
+                          " + " + std::to_string(size) + ") do not lie inside the " + std::to_string(have / es) +
+                          " elements of storage '" + root.key + "'");
+    const uint64_t byte_offset = static_cast<uint64_t>(offset) * es, nbytes = static_cast<uint64_t>(size) * es;
+    if (storages_.count(vkey)) throw PtFormatError("storage " + label + ": the view key is also a storage key");
+    auto it = views_.find(vkey);
+    if (it != views_.end()) {
+      const View& v = it->second;
+      if (v.root_key != root.key || v.byte_offset != byte_offset || v.ref->storage->nbytes() != nbytes)
+        throw PtFormatError("storage " + label + " was declared before as a different view");
+      return std::make_shared<StorageRef>(v.ref->storage, root.dtype, root.untyped, vkey, label);
+    }
+    auto ref = std::make_shared<StorageRef>(provider_.view(root.storage, byte_offset, nbytes), root.dtype,
+                                            root.untyped, vkey, label);
+    views_.emplace(vkey, View{root.key, byte_offset, ref});
+    return ref;
+  }
+
+  struct View {
+    std::string root_key;
+    uint64_t byte_offset;
+    std::shared_ptr<StorageRef> ref;
+  };
+
+  StorageProvider& provider_;
+  bool legacy_;
+  bool swap_;
+  std::string pending_;
+  std::unordered_map<std::string, std::shared_ptr<StorageRef>> storages_;
+  std::unordered_map<std::string, View> views_;  // legacy storage views, by view key
+};
+
+void swap_bytes(void* data, size_t nbytes, DType dtype) {
+  const size_t es = element_size(dtype);
+  if (es <= 1) return;
+  const size_t w = dtype == DType::Complex64 ? 4 : es;  // complex: swap each float
+  auto* p = static_cast<uint8_t*>(data);
+  for (size_t i = 0; i + w <= nbytes; i += w) std::reverse(p + i, p + i + w);
+}
+
+// Zip format: storage <key> is record <archive>/data/<key>, copied or wrapped in place.
+class ZipStorages final : public StorageProvider {
+ public:
+  ZipStorages(const ZipReader& zip, std::string prefix, const LoadOptions& options, bool swap)
+      : zip_(zip), prefix_(std::move(prefix)), options_(options), swap_(swap) {}
+
+  std::shared_ptr<Storage> root(const std::string& key, DType dtype, bool untyped, int64_t numel,
+                                uint64_t nbytes) override {
+    const std::string record = prefix_ + "data/" + key;
+    const ZipEntry* e = zip_.find(record);
+    if (!e) throw PtFormatError("storage record '" + record + "' is missing from the archive");
+    if (e->uncompressed_size < nbytes)
+      throw PtFormatError("record '" + record + "' has " + std::to_string(e->uncompressed_size) +
+                          " bytes, but the pickle declares a storage of " + std::to_string(numel) +
+                          " elements of " + std::to_string(element_size(dtype)) + " bytes");
+    if (swap_ && untyped)
+      throw PtFormatError("big-endian files with untyped storages (_rebuild_tensor_v3) are not supported");
+    return materialize(*e, static_cast<size_t>(nbytes), dtype);
+  }
+
+  std::shared_ptr<Storage> view(const std::shared_ptr<Storage>&, uint64_t, uint64_t) override {
+    throw PtFormatError("storage views are a legacy-format feature");  // TorchHooks asks only when legacy
+  }
+
+ private:
   std::shared_ptr<Storage> materialize(const ZipEntry& e, size_t nbytes, DType dtype) {
     const size_t es = element_size(dtype);
     const uint8_t* in_place = zip_.data_in_place(e);
@@ -536,11 +674,7 @@ class TorchHooks final : public PickleHooks {
       s = Storage::allocate(nbytes);
       if (nbytes) std::memcpy(s->data(), all.data(), nbytes);
     }
-    if (swap_ && es > 1) {
-      const size_t w = dtype == DType::Complex64 ? 4 : es;  // complex: swap each float
-      auto* p = static_cast<uint8_t*>(s->data());
-      for (size_t i = 0; i + w <= nbytes; i += w) std::reverse(p + i, p + i + w);
-    }
+    if (swap_) swap_bytes(s->data(), nbytes, dtype);
     return s;
   }
 
@@ -548,7 +682,6 @@ class TorchHooks final : public PickleHooks {
   std::string prefix_;  // "<archive>/"
   const LoadOptions& options_;
   bool swap_;
-  std::unordered_map<std::string, std::shared_ptr<StorageRef>> storages_;
 };
 
 std::string small_record(const ZipReader& zip, const ZipEntry& e, const LoadOptions& o) {
@@ -573,20 +706,373 @@ void reject_objects(const Value& v, const std::string& where) {
     }
 }
 
-void check_not_legacy(const ByteSource& src) {
+// ------------------------------------------------------------------ legacy format
+// torch.save(..., _use_new_zipfile_serialization=False), and every torch.save of
+// PyTorch 0.4 to 1.5: five pickles one after the other, then the storages' bytes.
+//   magic number 0x1950a86a20f9469cfc6c | protocol version 1001 | sys_info dict |
+//   the object (storages as persistent ids) | the list of storage keys |
+//   per key in that order: int64 element count (little-endian), then the bytes
+//   (little-endian elements, whatever machine wrote them).
+
+const uint8_t kLegacyMagic[10] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};  // little-endian
+const char kLegacyMagicText[] = "L119547037146038801333356L\n";  // protocols 0 and 1
+constexpr int64_t kLegacyProtocolVersion = 1001;
+
+enum class MagicMatch { Yes, No, Truncated };
+
+// The first pickle of a legacy file holds an int wider than 64 bits, which the
+// unpickler refuses; it is matched byte for byte instead, in every protocol's
+// spelling: [PROTO n [FRAME len]] (LONG1 10 <bytes> | LONG "L...L\n") STOP.
+MagicMatch match_legacy_magic(const uint8_t* d, size_t n, size_t& end) {
+  size_t i = 0;
+  auto have = [&](size_t k) { return n - i >= k; };
+  if (!have(1)) return MagicMatch::Truncated;
+  if (d[0] == 0x80) {
+    if (!have(2)) return MagicMatch::Truncated;
+    if (d[1] > 5) return MagicMatch::No;
+    i = 2;
+    if (have(1) && d[i] == 0x95) {  // FRAME (protocol 4+)
+      if (!have(9)) return MagicMatch::Truncated;
+      i += 9;
+    }
+  }
+  if (!have(1)) return MagicMatch::Truncated;
+  if (d[i] == 0x8a) {  // LONG1
+    ++i;
+    if (!have(1)) return MagicMatch::Truncated;
+    if (d[i++] != sizeof kLegacyMagic) return MagicMatch::No;
+    for (uint8_t b : kLegacyMagic) {
+      if (!have(1)) return MagicMatch::Truncated;
+      if (d[i++] != b) return MagicMatch::No;
+    }
+  } else if (d[i] == 'L') {
+    for (const char* c = kLegacyMagicText; *c; ++c) {
+      if (!have(1)) return MagicMatch::Truncated;
+      if (d[i++] != static_cast<uint8_t>(*c)) return MagicMatch::No;
+    }
+  } else {
+    return MagicMatch::No;
+  }
+  if (!have(1)) return MagicMatch::Truncated;
+  if (d[i++] != '.') return MagicMatch::No;
+  end = i;
+  return MagicMatch::Yes;
+}
+
+// The pickles before and after the object hold only numbers, strings, lists and dicts.
+class DataOnlyHooks final : public PickleHooks {
+ public:
+  Value find_class(const std::string& module, const std::string& name) override {
+    throw PtFormatError("Unsupported global: GLOBAL " + module + "." + name +
+                        " in a part of the legacy format that holds only numbers, strings and containers");
+  }
+  Value reduce(const Value&, const Value&) override { refuse("REDUCE"); }
+  Value new_object(const Value&, const Value&) override { refuse("NEWOBJ"); }
+  void build(Value&, const Value&) override { refuse("BUILD"); }
+  Value persistent_load(const Value&) override { refuse("a persistent id"); }
+
+ private:
+  [[noreturn]] static void refuse(const char* what) {
+    throw PtFormatError(std::string(what) + " in a part of the legacy format that holds only numbers, strings and containers");
+  }
+};
+
+// Legacy storages.  The records follow the object pickle, so the storages are made
+// before their bytes are found.  Copying (the default): heap storages, allocated when
+// the pickle declares them (their total bounded by the file size) and filled once every
+// record is checked; the object is read once.  Mapping: the first pass over the object
+// pickle gets placeholders with a size and no bytes (its tensors are checked, then
+// dropped); once the records are located, a second pass gets the storages themselves,
+// mapped where aligned, else copied.
+class LegacyStorages final : public StorageProvider {
+ public:
+  struct Declared {
+    DType dtype;
+    int64_t numel;
+    uint64_t nbytes;
+  };
+
+  LegacyStorages(uint64_t file_size, bool allocate) : file_size_(file_size), allocate_(allocate) {}
+
+  std::unordered_map<std::string, Declared> declared;
+  std::vector<std::string> declared_order;
+  std::unordered_map<std::string, std::shared_ptr<Storage>> real;  // allocated, or made for the second pass
+  bool second_pass = false;
+
+  std::shared_ptr<Storage> root(const std::string& key, DType dtype, bool, int64_t numel, uint64_t nbytes) override {
+    if (second_pass) {
+      auto it = real.find(key);
+      if (it == real.end()) throw PtFormatError("storage '" + key + "' has no record");  // the first pass saw every key
+      return it->second;
+    }
+    if (nbytes > file_size_ - declared_bytes_)
+      throw PtFormatError("storage '" + key + "' declares " + std::to_string(numel) + " elements of " +
+                          std::to_string(element_size(dtype)) + " bytes, which with the storages before it is " +
+                          "more than the whole file (" + std::to_string(file_size_) + " bytes)");
+    declared_bytes_ += nbytes;
+    declared.emplace(key, Declared{dtype, numel, nbytes});
+    declared_order.push_back(key);
+    if (!allocate_) return placeholder(nbytes);
+    auto s = Storage::allocate(static_cast<size_t>(nbytes));
+    real.emplace(key, s);
+    return s;
+  }
+
+  std::shared_ptr<Storage> view(const std::shared_ptr<Storage>& root, uint64_t offset, uint64_t nbytes) override {
+    if (!allocate_ && !second_pass) return placeholder(nbytes);
+    auto* base = static_cast<uint8_t*>(root->data());
+    return Storage::wrap(base ? base + offset : nullptr, static_cast<size_t>(nbytes), root, root->kind());
+  }
+
+ private:
+  static std::shared_ptr<Storage> placeholder(uint64_t nbytes) {
+    return Storage::wrap(nullptr, static_cast<size_t>(nbytes), nullptr, MemoryKind::External);
+  }
+  uint64_t file_size_;
+  bool allocate_;
+  uint64_t declared_bytes_ = 0;
+};
+
+struct LegacyPickles {
+  LegacyInfo info;
+  Value value;  // read over the storages of the first pass
+  std::vector<ObjectState> states;
+  size_t object_start = 0;
+  std::vector<std::pair<std::string, size_t>> keys;  // key, offset of the key list
+  size_t keys_start = 0;
+  size_t records_start = 0;
+};
+
+int64_t sys_info_int(const Value& d, const char* key, const std::string& where) {
+  const Value v = d.get(key, Value());
+  if (!v.is_int() || v.is_bool())
+    throw PtFormatError(where + ": sys_info has no int '" + key + "' (found " + v.python_type() + ")");
+  return v.to_int();
+}
+
+void check_sys_info(const Value& s, LegacyInfo& info, const std::string& where) {
+  if (!s.is_dict()) throw PtFormatError(where + ": sys_info is a " + s.python_type() + ", not a dict");
+  const Value le = s.get("little_endian", Value());
+  if (!le.is_bool()) throw PtFormatError(where + ": sys_info has no bool 'little_endian' (found " + le.python_type() + ")");
+  info.little_endian = le.to_bool();
+  if (s.get("protocol_version", Value()).is_int())
+    info.protocol_version = s.get("protocol_version", Value()).to_int();
+  if (info.protocol_version != kLegacyProtocolVersion)
+    throw PtFormatError(where + ": sys_info says protocol version " + std::to_string(info.protocol_version) +
+                        "; this reader supports " + std::to_string(kLegacyProtocolVersion));
+  const Value sizes = s.get("type_sizes", Value());
+  if (!sizes.is_dict()) throw PtFormatError(where + ": sys_info has no dict 'type_sizes' (found " + sizes.python_type() + ")");
+  info.short_size = sys_info_int(sizes, "short", where);
+  info.int_size = sys_info_int(sizes, "int", where);
+  info.long_size = sys_info_int(sizes, "long", where);
+  const std::string redo = " Load it with PyTorch on such a machine and save it again: "
+                           "torch.save(torch.load(old_path), new_path) writes the zip format.";
+  if (!info.little_endian)
+    throw PtFormatError(where + ": sys_info says the file was written on a big-endian machine; loader reads "
+                        "legacy files from little-endian machines only." + redo);
+  if (info.short_size != 2 || info.int_size != 4 || (info.long_size != 4 && info.long_size != 8))
+    throw PtFormatError(where + ": sys_info gives type sizes short=" + std::to_string(info.short_size) +
+                        ", int=" + std::to_string(info.int_size) + ", long=" + std::to_string(info.long_size) +
+                        "; loader reads files from machines with 2-byte short, 4-byte int and 4- or 8-byte long." + redo);
+}
+
+// The five pickles, from `d` (the whole file, or a prefix of it: a PickleTruncatedError
+// then asks for more).  The object pickle is read over `storages` (allocated heap
+// storages when copying, placeholders when mapping).
+LegacyPickles read_legacy_pickles(const uint8_t* d, size_t n, const std::string& name, LegacyStorages& storages,
+                                  const LoadOptions& options) {
+  LegacyPickles out;
+  size_t pos = 0;
+  switch (match_legacy_magic(d, n, pos)) {
+    case MagicMatch::Yes: break;
+    case MagicMatch::Truncated:
+      throw PickleTruncatedError(name + ": the file ends inside the magic number of the legacy torch.save format");
+    case MagicMatch::No:
+      throw PtFormatError(name + " offset 0: Invalid magic number; not a legacy torch.save file, or a corrupt one");
+  }
+  UnpicklerLimits ul;
+  ul.max_depth = options.max_depth;
+  DataOnlyHooks data_only;
+  const std::string header = name + ": legacy header";
+  const size_t version_at = pos;
+  const Value version = unpickle_stream(d, n, pos, data_only, header, ul);
+  if (!version.is_int() || version.is_bool() || version.to_int() != kLegacyProtocolVersion)
+    throw PtFormatError(header + " offset " + std::to_string(version_at) + ": Invalid protocol version: " +
+                        (version.is_int() ? std::to_string(version.to_int()) : "a " + version.python_type()) +
+                        "; this reader supports " + std::to_string(kLegacyProtocolVersion));
+  const size_t sys_info_at = pos;
+  const Value sys_info = unpickle_stream(d, n, pos, data_only, header, ul);
+  check_sys_info(sys_info, out.info, header + " offset " + std::to_string(sys_info_at));
+
+  out.object_start = pos;
+  {
+    const std::string where = name + ": legacy object pickle";
+    TorchHooks hooks(storages, true, !little_endian_host());
+    try {
+      out.value = unpickle_stream(d, n, pos, hooks, where, ul);
+      out.states = std::move(hooks.states);
+    } catch (const PickleTruncatedError&) {
+      throw;
+    } catch (const PtFormatError&) {
+      // a refused global that was never used reports itself, not what it caused later
+      if (hooks.pending_refusal().empty()) throw;
+      throw PtFormatError(where + ": " + hooks.pending_refusal());
+    }
+    if (!hooks.pending_refusal().empty()) throw PtFormatError(where + ": " + hooks.pending_refusal());
+  }
+
+  out.keys_start = pos;
+  const std::string where = name + ": legacy storage key list offset " + std::to_string(pos);
+  const Value keys = unpickle_stream(d, n, pos, data_only, name + ": legacy storage key list", ul);
+  if (!keys.is_list() && !keys.is_tuple())
+    throw PtFormatError(where + ": the storage keys are a " + keys.python_type() + ", not a list");
+  for (const Value& k : keys.items()) {
+    if (!k.is_string() && !k.is_int())
+      throw PtFormatError(where + ": a storage key is a " + k.python_type() + ", not a str");
+    out.keys.emplace_back(key_arg(k, "storage key"), out.keys_start);
+  }
+  out.records_start = pos;
+  return out;
+}
+
+// Checks every storage record against what the object pickle declared, and returns
+// them in file order.
+std::vector<LegacyRecord> locate_legacy_records(const ByteSource& src, const LegacyPickles& p,
+                                                const LegacyStorages& storages) {
+  const std::string& name = src.name();
+  const uint64_t size = src.size();
+  const std::string list_at = "the storage key list at offset " + std::to_string(p.keys_start);
+  std::vector<LegacyRecord> records;
+  std::unordered_set<std::string> seen;
+  uint64_t off = p.records_start;
+  for (const auto& kv : p.keys) {
+    const std::string& key = kv.first;
+    auto it = storages.declared.find(key);
+    if (it == storages.declared.end())
+      throw PtFormatError(name + ": " + list_at + " names storage '" + key +
+                          "', which the object pickle does not use (a corrupt file)");
+    if (!seen.insert(key).second)
+      throw PtFormatError(name + ": " + list_at + " names storage '" + key + "' twice");
+    const auto& decl = it->second;
+    const std::string rec = name + ": storage record '" + key + "' at offset " + std::to_string(off);
+    if (size - off < 8)
+      throw PtFormatError(rec + ": the file ends before its 8-byte element count (" + std::to_string(size - off) +
+                          " bytes remain; truncated file)");
+    uint8_t b[8];
+    src.read(off, b, 8);
+    uint64_t u = 0;
+    for (int i = 7; i >= 0; --i) u = (u << 8) | b[i];
+    int64_t count;
+    std::memcpy(&count, &u, sizeof count);
+    if (count != decl.numel)
+      throw PtFormatError(rec + ": the record holds " + std::to_string(count) + " elements, but the object pickle declares " +
+                          std::to_string(decl.numel) + " (" + dtype_name(decl.dtype) + ")");
+    const uint64_t data = off + 8;
+    if (decl.nbytes > size - data)
+      throw PtFormatError(rec + ": needs " + std::to_string(decl.nbytes) + " bytes of data but only " +
+                          std::to_string(size - data) + " remain (truncated file)");
+    records.push_back({key, decl.dtype, static_cast<uint64_t>(decl.numel), data, false});
+    off = data + decl.nbytes;
+  }
+  for (const std::string& key : storages.declared_order)
+    if (!seen.count(key))
+      throw PtFormatError(name + ": storage '" + key + "' is used by the object pickle, but " + list_at +
+                          " does not name it, so the file holds no bytes for it");
+  return records;  // bytes after the last record are ignored, as torch.load does
+}
+
+Archive load_legacy(const std::shared_ptr<ByteSource>& source, const LoadOptions& options) {
+  const std::string& name = source->name();
+  const uint64_t file_size = source->size();
+  const bool swap = !little_endian_host();  // records are little-endian
+  const uint8_t* in_place = source->data();
+  auto owner = source->keep_alive();
+  const bool may_map = options.mmap && in_place && owner && !swap;
+  std::unique_ptr<LegacyStorages> storages;
+  // The pickles are parsed in memory: the file itself when it is mapped or a buffer,
+  // else a prefix read with pread, grown until they fit in it.
+  std::string window;
+  const uint8_t* d = in_place;
+  size_t n = static_cast<size_t>(d ? file_size : std::min<uint64_t>(file_size, uint64_t{64} << 10));
+  LegacyPickles pickles;
+  for (;;) {
+    if (!in_place) {
+      window.resize(n);
+      source->read(0, window.data(), n);
+      d = reinterpret_cast<const uint8_t*>(window.data());
+    }
+    try {
+      storages = std::make_unique<LegacyStorages>(file_size, !may_map);
+      pickles = read_legacy_pickles(d, n, name, *storages, options);
+      break;
+    } catch (const PickleTruncatedError&) {
+      if (n == file_size) throw;
+      n = static_cast<size_t>(std::min<uint64_t>(file_size, uint64_t{n} * 4));
+    }
+  }
+
+  Archive out;
+  out.format = Format::Legacy;
+  out.legacy = pickles.info;
+  out.legacy.records = locate_legacy_records(*source, pickles, *storages);
+  for (LegacyRecord& r : out.legacy.records) {
+    const size_t nbytes = static_cast<size_t>(storages->declared.at(r.key).nbytes);
+    if (may_map && reinterpret_cast<uintptr_t>(in_place + r.data_offset) % std::max<size_t>(element_size(r.dtype), 1) == 0) {
+      storages->real.emplace(r.key, Storage::wrap(const_cast<uint8_t*>(in_place + r.data_offset), nbytes, owner,
+                                                  MemoryKind::FileMapping));
+      r.mapped = true;
+      continue;
+    }
+    auto it = storages->real.find(r.key);  // allocated by the first pass when copying
+    if (it == storages->real.end()) it = storages->real.emplace(r.key, Storage::allocate(nbytes)).first;
+    if (nbytes) source->read(r.data_offset, it->second->data(), nbytes);
+    if (swap) swap_bytes(it->second->data(), nbytes, r.dtype);
+  }
+
+  const std::string where = name + ": legacy object pickle";
+  if (may_map) {  // the second pass, over the storages themselves
+    storages->second_pass = true;
+    TorchHooks hooks(*storages, true, swap);
+    UnpicklerLimits ul;
+    ul.max_depth = options.max_depth;
+    size_t pos = pickles.object_start;
+    out.value = unpickle_stream(d, n, pos, hooks, where, ul);
+    out.states = std::move(hooks.states);
+  } else {
+    out.value = std::move(pickles.value);
+    out.states = std::move(pickles.states);
+  }
+  for (const auto& st : out.states) reject_objects(st.state, where);
+  return out;
+}
+
+enum class FileKind { Zip, Legacy };
+
+// Tells the formats apart by their first bytes, as torch.load does: a zip archive
+// starts with "PK\3\4" (or with bytes before it), a legacy file with the magic pickle.
+FileKind detect_format(const ByteSource& src) {
   uint8_t head[262] = {};
   const size_t n = static_cast<size_t>(std::min<uint64_t>(src.size(), sizeof head));
   src.read(0, head, n);
-  if (n >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) return;
-  const std::string how =
-      " Convert it with PyTorch: torch.save(torch.load(old_path), new_path) writes the zip format "
-      "(the default since PyTorch 1.6).";
-  if (n >= 2 && head[0] == 0x80 && head[1] <= 5)
-    throw PtFormatError(src.name() + ": this is a legacy (pre-1.6, non-zip) torch.save file, "
-                        "which loader does not read." + how);
+  if (n >= 4 && std::memcmp(head, "PK\x03\x04", 4) == 0) return FileKind::Zip;
   if (n >= 262 && std::memcmp(head + 257, "ustar", 5) == 0)
-    throw PtFormatError(src.name() + ": this is a legacy tar-format torch.save file (PyTorch < 0.4), "
-                        "which loader does not read." + how);
+    throw PtFormatError(src.name() + ": this is a tar-format torch.save file (PyTorch 0.3 or older), which loader "
+                        "does not read. PyTorch still reads it: torch.save(torch.load(old_path), new_path) "
+                        "writes it again in the zip format, which loader reads.");
+  size_t end = 0;
+  switch (match_legacy_magic(head, n, end)) {
+    case MagicMatch::Yes: return FileKind::Legacy;
+    case MagicMatch::Truncated:
+      if (n > 0)
+        throw PtFormatError(src.name() + ": the file ends inside the magic number of the legacy torch.save format "
+                            "(" + std::to_string(n) + " bytes; truncated)");
+      break;
+    case MagicMatch::No: break;
+  }
+  if (n >= 2 && head[0] == 0x80 && head[1] <= 5)
+    throw PtFormatError(src.name() + " offset 0: the file starts with a pickle, but not with the magic number of "
+                        "torch.save's legacy format (Invalid magic number): not a torch.save file, or a corrupt one");
+  return FileKind::Zip;  // perhaps with bytes before the archive; the zip reader decides
 }
 
 }  // namespace
@@ -643,7 +1129,7 @@ Value Archive::metadata_of(const Value& dict) const {
 
 // ------------------------------------------------------------------ load
 Archive load_archive(const std::shared_ptr<ByteSource>& source, const LoadOptions& options) {
-  check_not_legacy(*source);
+  if (detect_format(*source) == FileKind::Legacy) return load_legacy(source, options);
   ZipLimits limits;
   limits.max_inflated_bytes = options.max_inflated_bytes;
   ZipReader zip(source, limits);
@@ -683,7 +1169,8 @@ Archive load_archive(const std::shared_ptr<ByteSource>& source, const LoadOption
     swap = (b == "little") != little_endian_host();
   }
   const std::string pickle = zip.read(*pkl, options.verify_crc);
-  TorchHooks hooks(zip, prefix, options, swap);
+  ZipStorages storages(zip, prefix, options, swap);
+  TorchHooks hooks(storages, false, swap);
   UnpicklerLimits ul;
   ul.max_depth = options.max_depth;
   out.value = unpickle(reinterpret_cast<const uint8_t*>(pickle.data()), pickle.size(), hooks,
@@ -714,7 +1201,7 @@ namespace {
 
 class PtWriter {
  public:
-  PtWriter(const SaveOptions& options, const std::vector<ObjectState>& extra_states) {
+  PtWriter(const SaveOptions& options, const std::vector<ObjectState>& extra_states) : legacy_(options.legacy_format) {
     for (const auto* list : {&options.states, &extra_states})
       for (const auto& s : *list) {
         if (!s.object.is_dict()) throw ValueError("pt::save: SaveOptions::states object is a " + s.object.python_type() + ", not a dict");
@@ -914,7 +1401,12 @@ class PtWriter {
     p_.string(s.key, 1);
     p_.string("cpu");
     p_.integer(static_cast<int64_t>(s.nbytes / element_size(s.dtype)));
-    p_.tuple_end(5);
+    if (legacy_) {
+      p_.none();  // view_metadata
+      p_.tuple_end(6);
+    } else {
+      p_.tuple_end(5);
+    }
     p_.op(op::BINPERSID);
   }
 
@@ -959,6 +1451,7 @@ class PtWriter {
     p_.memoize();
   }
 
+  bool legacy_;
   Pickler p_;
   std::unordered_map<const void*, uint32_t> memo_;
   std::unordered_set<const void*> in_progress_;
@@ -977,8 +1470,93 @@ std::string default_archive_name(const std::string& path) {
   return base.empty() ? "archive" : base;
 }
 
+// The legacy format (see load_legacy): what torch 1.13's _legacy_save writes, with
+// storage keys "0", "1", ... instead of memory addresses, records ordered so that as
+// many as possible start aligned (those whose size is a multiple of 8 first), and the
+// key list padded with no-op BINPUTs so that the first record's data starts at a
+// multiple of 64.  Records are little-endian whatever the host.
+void write_legacy(const Value& value, const SaveOptions& options, const std::vector<ObjectState>& extra,
+                  const ZipWriter::Sink& sink) {
+  std::string head = "\x80\x02\x8a\x0a";
+  head.append(reinterpret_cast<const char*>(kLegacyMagic), sizeof kLegacyMagic);
+  head += '.';
+  {
+    Pickler p;
+    p.proto();
+    p.integer(kLegacyProtocolVersion);
+    p.stop();
+    head += p.bytes();
+  }
+  {
+    Pickler p;  // dict(protocol_version=1001, little_endian=True, type_sizes=dict(short=2, int=4, long=4))
+    p.proto();
+    p.empty_dict();
+    p.memoize();
+    p.mark();
+    p.string("protocol_version");
+    p.integer(kLegacyProtocolVersion);
+    p.string("little_endian");
+    p.boolean(true);  // the records are little-endian, even from a big-endian host
+    p.string("type_sizes");
+    p.empty_dict();
+    p.memoize();
+    p.mark();
+    p.string("short");
+    p.integer(2);  // torch: struct.Struct('=h').size, a standard size
+    p.string("int");
+    p.integer(4);
+    p.string("long");
+    p.integer(4);  // '=l' is 4 bytes on every platform
+    p.op(op::SETITEMS);
+    p.op(op::SETITEMS);
+    p.stop();
+    head += p.bytes();
+  }
+  PtWriter w(options, extra);
+  head += w.pickle(value);
+
+  std::vector<const PtWriter::StorageOut*> order;
+  for (const auto& s : w.storages()) order.push_back(&s);
+  std::stable_partition(order.begin(), order.end(), [](auto* s) { return s->nbytes % 8 == 0; });
+  Pickler keys;
+  keys.proto();
+  keys.empty_list();
+  keys.memoize();
+  for (size_t i = 0; i < order.size(); i += 1000) {  // pickle's batches of 1000
+    const size_t m = std::min<size_t>(1000, order.size() - i);
+    if (m > 1) keys.mark();
+    for (size_t k = i; k < i + m; ++k) keys.string(order[k]->key);
+    keys.op(m > 1 ? op::APPENDS : op::APPEND);
+  }
+  head += keys.bytes();  // without its STOP yet
+  // pad: BINPUT 0 (2 bytes) and LONG_BINPUT 0 (5 bytes) store the list again
+  size_t pad = (64 - (head.size() + 1 + 8) % 64) % 64;
+  if (pad == 1 || pad == 3) pad += 64;
+  if (pad % 2) head.append("r\0\0\0\0", 5), pad -= 5;
+  for (; pad; pad -= 2) head.append("q\0", 2);
+  head += '.';
+  sink(head.data(), head.size());
+
+  std::vector<uint8_t> swapped;
+  for (const auto* s : order) {
+    const uint64_t numel = s->nbytes / element_size(s->dtype);
+    uint8_t count[8];
+    for (int i = 0; i < 8; ++i) count[i] = static_cast<uint8_t>(numel >> (8 * i));
+    sink(count, 8);
+    if (!s->nbytes) continue;
+    if (little_endian_host()) {
+      sink(s->storage->data(), s->nbytes);
+    } else {
+      swapped.assign(static_cast<const uint8_t*>(s->storage->data()), static_cast<const uint8_t*>(s->storage->data()) + s->nbytes);
+      swap_bytes(swapped.data(), swapped.size(), s->dtype);
+      sink(swapped.data(), swapped.size());
+    }
+  }
+}
+
 void write_archive(const Value& value, const SaveOptions& options, const std::vector<ObjectState>& extra,
                    const std::string& archive_name, const ZipWriter::Sink& sink) {
+  if (options.legacy_format) return write_legacy(value, options, extra, sink);
   if (archive_name.empty() || archive_name.find('/') != std::string::npos)
     throw ValueError("pt::save: archive name '" + archive_name + "' must be non-empty and contain no '/'");
   PtWriter w(options, extra);

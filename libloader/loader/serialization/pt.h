@@ -1,6 +1,8 @@
-// Reading and writing PyTorch `.pt` files (the zip format torch.save has written
-// since PyTorch 1.6), safely: only the pickle globals that tensors, Parameters and
-// OrderedDicts need are honoured (as torch.load(..., weights_only=True)).
+// Reading and writing PyTorch `.pt` files, safely: only the pickle globals that
+// tensors, Parameters and OrderedDicts need are honoured (as torch.load(...,
+// weights_only=True)).  Both of torch.save's formats: the zip format (the default since
+// PyTorch 1.6) and the legacy one (PyTorch 0.4 to 1.5, _use_new_zipfile_serialization=
+// False); load() tells them apart, SaveOptions::legacy_format writes the legacy one.
 //
 //   loader::Value sd = loader::pt::load("model.pt");          // tensors, dicts, lists, ...
 //   const loader::Tensor& w = loader::pt::tensor_of(sd.at("0.weight"));
@@ -44,7 +46,9 @@ namespace loader::pt {
 struct LoadOptions {
   /// Memory-map the file (load/load_archive from a path only): STORED, native-endian
   /// records whose data is aligned become MemoryKind::FileMapping storages sharing the
-  /// page cache (copy-on-write); others are copied.  Default: copy every storage.
+  /// page cache (copy-on-write); others are copied.  In a legacy file only records
+  /// whose data offset is a multiple of the element size can be mapped (files we write
+  /// align them; torch's seldom are).  Default: copy every storage.
   bool mmap = false;
   /// Check the CRC-32 of every record read (for mapped storages this reads every page).
   bool verify_crc = true;
@@ -62,12 +66,40 @@ struct ObjectState {
   Value state;
 };
 
+/// Which of torch.save's two formats a file is in.
+enum class Format {
+  Zip,     ///< PyTorch >= 1.6 (the default): a zip archive of records
+  Legacy,  ///< PyTorch 0.4 to 1.5, or _use_new_zipfile_serialization=False: a stream of pickles
+};
+
+/// One storage record of a legacy file: an int64 element count, then the bytes.
+struct LegacyRecord {
+  std::string key;           ///< the storage's key in the pickle (torch writes a memory address)
+  DType dtype = DType::UInt8;  ///< the dtype of its first reference
+  uint64_t numel = 0;
+  uint64_t data_offset = 0;  ///< file offset of its first byte (just after the count)
+  bool mapped = false;       ///< wrapped in place (LoadOptions::mmap and aligned), else copied
+};
+
+/// What a legacy file says about the machine that wrote it (its `sys_info`), and
+/// where its storages are.
+struct LegacyInfo {
+  int64_t protocol_version = 1001;
+  bool little_endian = true;
+  int64_t short_size = 2;  ///< sys_info["type_sizes"]
+  int64_t int_size = 4;
+  int64_t long_size = 8;
+  std::vector<LegacyRecord> records;  ///< in file order
+};
+
 /// Everything a `.pt` file holds.
 struct Archive {
   Value value;                       ///< the object torch.save was given
   std::vector<ObjectState> states;   ///< attributes of dicts in `value` (state_dict `_metadata`)
-  std::string archive_name;          ///< record prefix ("archive", or the saved file's stem)
-  std::vector<std::string> records;  ///< every record name, in archive order
+  std::string archive_name;          ///< record prefix ("archive", or the saved file's stem); "" for legacy
+  std::vector<std::string> records;  ///< every record name, in archive order (zip)
+  Format format = Format::Zip;
+  LegacyInfo legacy{};               ///< format == Format::Legacy only
 
   /// The attribute dict attached to `dict` (a reference into `value`), or None.
   Value state_of(const Value& dict) const;
@@ -98,6 +130,10 @@ struct SaveOptions {
   std::string archive_name;
   /// Zip64 fields on every record (tests zip64 readers); needed ones are always written.
   bool force_zip64 = false;
+  /// Write the legacy format (torch.save(..., _use_new_zipfile_serialization=False)),
+  /// which every PyTorch since 0.4 reads.  write_byteorder, archive_name and force_zip64
+  /// do not apply.  See docs/pt_format.md.
+  bool legacy_format = false;
 };
 
 /// torch.save(value, path): protocol-2 pickle, storages deduplicated, records STORED
