@@ -9,6 +9,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -220,7 +222,30 @@ class Mapping {
   size_t len_;
 };
 
+std::shared_ptr<Mapping> map_file_uncached(const std::string& path, int workload, int64_t n);
+
+/// The dataset file's mapping, kept for the life of a worker process: a worker
+/// re-initialised for a new epoch (fresh dataset from its handle) finds its pages
+/// already mapped instead of faulting every page in again (about 1.7 us per 4 KiB
+/// page on these machines).  Keyed by the file's identity, so a changed file is
+/// mapped anew.  Only in worker processes: the main process maps per dataset.
 std::shared_ptr<Mapping> map_file(const std::string& path, int workload, int64_t n) {
+  if (!get_worker_info()) return map_file_uncached(path, workload, n);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return map_file_uncached(path, workload, n);
+  const std::string key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+                          std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+                          std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(workload) + ":" +
+                          std::to_string(n);
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<Mapping>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& m = cache[key];
+  if (!m) m = map_file_uncached(path, workload, n);
+  return m;
+}
+
+std::shared_ptr<Mapping> map_file_uncached(const std::string& path, int workload, int64_t n) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     throw ValueError("bench dataset W" + std::to_string(workload) + ": cannot open data file '" + path +
