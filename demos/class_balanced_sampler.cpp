@@ -25,7 +25,7 @@
 #include "loader/equibatch_sampler.h"
 #include "loader/fashion_mnist.h"
 #include "loader/generator.h"
-#include "loader/runtime/worker_main.h"
+#include "loader/worker_main.h"
 #include "loader/samplers.h"
 
 namespace {

@@ -16,7 +16,7 @@
 
 #include "loader/dataloader.h"
 #include "loader/fashion_mnist.h"
-#include "loader/runtime/worker_main.h"
+#include "loader/worker_main.h"
 #include "loader/samplers.h"
 
 namespace {

@@ -22,7 +22,7 @@
 #include "loader/cuda_copy.h"
 #include "loader/dataloader.h"
 #include "loader/error.h"
-#include "loader/runtime/worker_main.h"
+#include "loader/worker_main.h"
 
 namespace {
 

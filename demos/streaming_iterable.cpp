@@ -19,7 +19,7 @@
 #include "loader/dataloader.h"
 #include "loader/error.h"
 #include "loader/fashion_mnist.h"
-#include "loader/runtime/worker_main.h"
+#include "loader/worker_main.h"
 #include "loader/worker_info.h"
 
 namespace {

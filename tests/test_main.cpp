@@ -2,7 +2,7 @@
 // worker process, so the worker entry point runs before GoogleTest.
 #include <gtest/gtest.h>
 
-#include "loader/runtime/worker_main.h"
+#include "loader/worker_main.h"
 
 int main(int argc, char** argv) {
   if (auto rc = loader::runtime::run_worker_if_requested(argc, argv)) return *rc;

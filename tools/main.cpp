@@ -6,7 +6,7 @@
 
 #include "command.h"
 #include "loader/error.h"
-#include "loader/runtime/worker_main.h"
+#include "loader/worker_main.h"
 
 namespace loader::tool {
 

@@ -131,7 +131,6 @@ std::shared_ptr<Sampler> DataLoader::sampler() const { return state_->sampler; }
 std::shared_ptr<BatchSamplerBase> DataLoader::batch_sampler() const { return state_->batch_sampler; }
 
 void DataLoader::shutdown() {
-  if (state_->live_persistent_epoch) state_->live_persistent_epoch->end();
   state_->persistent_pool.reset();
   state_->idle_pool.reset();
   // The slabs go once no batch uses them (batches hold the store).

@@ -112,7 +112,7 @@ struct DataLoaderOptions {
   /// (/proc/self/exe), whose main() calls run_worker_if_requested first.  Set it when
   /// the host is not your program (a Python interpreter, a plugin host): a small
   /// binary that registers the datasets and calls run_worker_if_requested
-  /// (loader/runtime/worker_main.h).  It must be built against the same loader.
+  /// (loader/worker_main.h).  It must be built against the same loader.
   std::string worker_executable;
 
   /// Upper bound for the shared-memory pool of all workers, in bytes; 0 means

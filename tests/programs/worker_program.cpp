@@ -2,7 +2,7 @@
 // test datasets and does nothing but serve as a worker.  Started by hand it says so.
 #include <cstdio>
 
-#include "loader/runtime/worker_main.h"
+#include "loader/worker_main.h"
 #include "test_datasets.h"
 
 int main(int argc, char** argv) {

@@ -52,9 +52,6 @@ class LoaderState {
   std::shared_ptr<runtime::SlabStore> slab_store;
   /// The excessive-workers warning was given (once per loader).
   bool warned_worker_count = false;
-  /// The live epoch on the persistent workers: a new iter() ends it first, as
-  /// PyTorch resets its single persistent iterator.
-  EpochBackend* live_persistent_epoch = nullptr;
   /// What pin_memory achieved (DataLoader::pin_memory_status()), shared with the
   /// pin-memory actor of every pool; made by the DataLoader constructor.
   std::shared_ptr<PinTracker> pin_tracker;

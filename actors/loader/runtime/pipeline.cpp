@@ -182,21 +182,22 @@ bool Pipeline::healthy() const {
   return true;
 }
 
-void Pipeline::reinit(std::vector<WorkerConfig> workers, uint64_t first_task) {
+void Pipeline::reinit(std::vector<WorkerConfig> workers) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (workers.size() != slots_.size()) throw RuntimeError("internal: reinit with another number of workers");
     config_.workers = std::move(workers);
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
-      s.rng_floor = first_task;
+      s.rng_floor = dispatcher_ ? std::max(next_task_, dispatcher_->next_task()) : next_task_;
       queue_locked(static_cast<int>(w), FrameType::Init, encoded_config(config_.workers[w]));
     }
   }
   flush_all();
 }
 
-void Pipeline::begin_epoch(std::optional<TaskSource> source, uint64_t first_task, bool reset_streams) {
+uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_streams) {
+  uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) throw RuntimeError("DataLoader: the worker pool was shut down");
@@ -206,6 +207,9 @@ void Pipeline::begin_epoch(std::optional<TaskSource> source, uint64_t first_task
         if (item->second.slab) slabs_->release(item->second.worker, item->second.slab);
     ++epochs_started_;
     epoch_ = epochs_started_;
+    // Task ids never repeat: tasks of an epoch that ended early may still be held.
+    if (dispatcher_) next_task_ = std::max(next_task_, dispatcher_->next_task());
+    const uint64_t first_task = next_task_;
     first_task_ = first_task;
     source_ = std::move(source);
     dispatcher_ = std::make_unique<TaskDispatcher>(num_workers(), config_.prefetch_factor, first_task, config_.in_order);
@@ -225,8 +229,11 @@ void Pipeline::begin_epoch(std::optional<TaskSource> source, uint64_t first_task
       if (reset_streams) queue_locked(static_cast<int>(w), FrameType::Epoch, {});
     }
     if (!fatal_) dispatch_locked();
+    id = epoch_;
+    cv_.notify_all();  // an iterator of the epoch this one replaced wakes and ends
   }
   flush_all();
+  return id;
 }
 
 void Pipeline::dispatch_locked() {
@@ -321,7 +328,7 @@ void Pipeline::release_task_slab_locked(int worker, const HeldTask& t) {
 // ------------------------------------------------------------------ the application thread
 
 bool Pipeline::releasable_locked() const {
-  return fatal_.has_value() || (buffer_ && buffer_->ready()) ||
+  return epoch_ == 0 || fatal_.has_value() || (buffer_ && buffer_->ready()) ||
          (total_ && buffer_ && buffer_->done(first_task_, *total_));
 }
 
@@ -329,9 +336,10 @@ void Pipeline::notify_locked() {
   if (waiting_ && releasable_locked()) cv_.notify_one();
 }
 
-Delivery Pipeline::next(std::optional<std::chrono::steady_clock::time_point> deadline) {
+Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock::time_point> deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
+    if (epoch != epoch_) return Delivery{};  // ended, or replaced by a newer epoch
     if (fatal_) return *fatal_;
     if (!buffer_) return Delivery{};
     if (auto item = buffer_->pop()) {
@@ -370,16 +378,16 @@ Delivery Pipeline::next(std::optional<std::chrono::steady_clock::time_point> dea
   }
 }
 
-uint64_t Pipeline::end_epoch() {
+void Pipeline::end_epoch(uint64_t epoch) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (epoch != epoch_) return;  // already ended, or replaced by a newer epoch
   stopped_ = true;
-  uint64_t next = dispatcher_ ? dispatcher_->next_task() : first_task_;
+  if (dispatcher_) next_task_ = std::max(next_task_, dispatcher_->next_task());
   if (buffer_)
     while (auto item = buffer_->pop())
       if (item->second.slab) slabs_->release(item->second.worker, item->second.slab);
   epoch_ = 0;  // results still to come are stale: their slabs come back
   for (auto& s : slots_) s->waiting.clear();
-  return next;
 }
 
 std::pair<uint64_t, int> Pipeline::awaited() const {

@@ -105,19 +105,21 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
   /// Gives every (idle) worker a new configuration, as a fresh worker would start:
   /// the dataset is rebuilt from its handle, the generator seeded anew, and
   /// worker_init_fn run again (the pool of a non-persistent loader, kept between
-  /// epochs).  Tasks from `first_task` on start from the new state.
-  void reinit(std::vector<WorkerConfig> workers, uint64_t first_task);
+  /// epochs).  Tasks of the next epoch start from the new state.
+  void reinit(std::vector<WorkerConfig> workers);
   /// True while every worker is starting or running (none dead or restarting).
   bool healthy() const;
-  /// Starts an epoch whose tasks are numbered from `first_task`.  `source`: the
-  /// index stream (nullopt for iterable datasets).  `reset_streams`: persistent
-  /// workers restart their iterable streams.
-  void begin_epoch(std::optional<TaskSource> source, uint64_t first_task, bool reset_streams);
-  /// The next result in order; waits until `deadline` (nullopt: forever).
-  Delivery next(std::optional<std::chrono::steady_clock::time_point> deadline);
-  /// Ends the epoch: no more dispatching (so no more sampler draws); results still
-  /// to come give their slabs back.  Returns the next task index.
-  uint64_t end_epoch();
+  /// Starts an epoch (its tasks numbered on from every earlier epoch's) and returns its id.
+  /// A live epoch ends first (PyTorch resets its one persistent iterator).
+  /// `source`: the index stream (nullopt for iterable datasets).  `reset_streams`:
+  /// persistent workers restart their iterable streams.
+  uint64_t begin_epoch(std::optional<TaskSource> source, bool reset_streams);
+  /// The next result of epoch `epoch` in order (End once another epoch began);
+  /// waits until `deadline` (nullopt: forever).
+  Delivery next(uint64_t epoch, std::optional<std::chrono::steady_clock::time_point> deadline);
+  /// Ends epoch `epoch` (nothing if another one began since): no more dispatching
+  /// (so no more sampler draws); results still to come give their slabs back.
+  void end_epoch(uint64_t epoch);
   /// Stops every worker (links in a fixed order) and refuses all further work.
   /// The supervisor must be gone first.
   void shutdown();
@@ -199,7 +201,8 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
   bool closed_ = false;
   uint64_t epoch_ = 0;             ///< 0: no epoch running
   uint64_t epochs_started_ = 0;
-  uint64_t first_task_ = 0;
+  uint64_t first_task_ = 0;        ///< the current epoch's first task
+  uint64_t next_task_ = 0;         ///< task ids are unique across epochs
   std::optional<TaskSource> source_;
   std::unique_ptr<TaskDispatcher> dispatcher_;
   std::unique_ptr<ReorderBuffer<Delivery>> buffer_;

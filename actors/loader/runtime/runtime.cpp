@@ -133,13 +133,12 @@ class WorkerPool {
 
   /// Makes the (idle) workers start afresh for an epoch seeded with `base_seed`.
   void reinit(const LoaderState& state, uint64_t base_seed) {
-    pipeline_->reinit(worker_configs(state, base_seed), next_task);
+    pipeline_->reinit(worker_configs(state, base_seed));
   }
 
   Pipeline& pipeline() { return *pipeline_; }
   const std::shared_ptr<Pipeline>& pipeline_ptr() const { return pipeline_; }
   uint64_t epochs = 0;
-  uint64_t next_task = 0;
 
  private:
   /// The supervisor handle, for hooks made before it was spawned.
@@ -183,7 +182,6 @@ class MultiProcessEpoch final : public EpochBackend {
  public:
   MultiProcessEpoch(const std::shared_ptr<LoaderState>& state, uint64_t base_seed) : state_(state) {
     auto& s = *state;
-    if (s.live_persistent_epoch) s.live_persistent_epoch->end();
     if (s.options.persistent_workers && s.persistent_pool) {
       pool_ = s.persistent_pool;
     } else if (!s.options.persistent_workers && s.idle_pool && s.idle_pool->pipeline().healthy()) {
@@ -199,11 +197,11 @@ class MultiProcessEpoch final : public EpochBackend {
     }
     std::optional<TaskSource> source;
     if (s.dataset) source.emplace(s.batch_sampler, s.sampler);
-    first_task_ = pool_->next_task;
-    pool_->pipeline().begin_epoch(std::move(source), first_task_, pool_->epochs > 0);
+    // On persistent workers a live epoch of an older iterator ends here: the
+    // pipeline's epoch id moves on, and that iterator's next() returns the end.
+    epoch_ = pool_->pipeline().begin_epoch(std::move(source), pool_->epochs > 0);
     ++pool_->epochs;
     timeout_ = s.options.timeout;
-    if (s.options.persistent_workers) s.live_persistent_epoch = this;
   }
 
   ~MultiProcessEpoch() override { finish(); }
@@ -218,7 +216,7 @@ class MultiProcessEpoch final : public EpochBackend {
     if (timeout_ > 0 && timeout_ < 1e9)  // longer than 30 years: no deadline
       deadline = std::chrono::steady_clock::now() +
                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_));
-    Delivery d = pool_->pipeline().next(deadline);
+    Delivery d = pool_->pipeline().next(epoch_, deadline);
     switch (d.kind) {
       case Delivery::Kind::End: finish(); return std::nullopt;
       case Delivery::Kind::Fatal: finish(); throw_error(d.error_type, d.error_message);
@@ -269,9 +267,8 @@ class MultiProcessEpoch final : public EpochBackend {
   void finish() {
     if (finished_) return;
     finished_ = true;
-    if (state_->live_persistent_epoch == this) state_->live_persistent_epoch = nullptr;
     // Stopped synchronously: no sampler draw happens after the epoch ends.
-    pool_->next_task = pool_->pipeline().end_epoch();
+    pool_->pipeline().end_epoch(epoch_);
     if (!state_->options.persistent_workers) {
       // Kept for the next epoch when it is the loader's only idle pool and healthy.
       if (!state_->idle_pool && pool_->pipeline().healthy()) state_->idle_pool = std::move(pool_);
@@ -282,7 +279,7 @@ class MultiProcessEpoch final : public EpochBackend {
   std::shared_ptr<LoaderState> state_;
   std::shared_ptr<WorkerPool> pool_;
   double timeout_ = 0;
-  uint64_t first_task_ = 0;
+  uint64_t epoch_ = 0;  ///< this epoch's id in the pipeline
   bool finished_ = false;
 };
 

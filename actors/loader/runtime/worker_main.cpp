@@ -1,4 +1,4 @@
-#include "loader/runtime/worker_main.h"
+#include "loader/worker_main.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -157,7 +157,7 @@ void refuse_workers_in_worker_process() {
   const std::string msg =
       "this process was started as a DataLoader worker, but its main() did not call "
       "loader::runtime::run_worker_if_requested(argc, argv) before starting a DataLoader with workers. Call it "
-      "first thing in main() (see loader/runtime/worker_main.h), or set DataLoaderOptions::worker_executable to a "
+      "first thing in main() (see loader/worker_main.h), or set DataLoaderOptions::worker_executable to a "
       "program that does; no worker was started";
   if (const char* fd_text = std::getenv("LOADER_WORKER_FD")) send_error(std::atoi(fd_text), "RuntimeError", msg);
   throw RuntimeError(msg);
