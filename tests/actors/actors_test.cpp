@@ -23,11 +23,12 @@
 #include "loader/runtime/shm.h"
 #include "loader/samplers.h"
 #include "loader/worker_info.h"
+#include "sanitizers.h"
 
 namespace loader::runtime {
 namespace {
 
-constexpr auto kDeadline = std::chrono::seconds(5);
+constexpr auto kDeadline = std::chrono::seconds(5 * testing::kSlowdown);
 
 /// Sample i: [i, worker id, num_workers, worker seed, initial seed]; ValueError at fail_at.
 class ActorProbe : public Dataset {
