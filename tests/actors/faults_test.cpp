@@ -27,8 +27,9 @@
 #include "loader/samplers.h"
 #include "loader/worker_info.h"
 #include "loader/warnings.h"
-#include "test_datasets.h"
 #include "process_leaks.h"
+#include "sanitizers.h"
+#include "test_datasets.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -222,7 +223,13 @@ TEST(WorkerDeath, SegfaultAndExitStatusAreNamed) {
     // AddressSanitizer catches the SIGSEGV in the worker, reports it and exits(1).
     EXPECT_NE(msg.find("exited with status 1"), std::string::npos) << msg;
 #else
-    EXPECT_NE(msg.find("SIGSEGV"), std::string::npos) << msg;
+    if (testing::kThreadSanitizer) {
+      // So does ThreadSanitizer ("ThreadSanitizer:DEADLYSIGNAL"), with its exitcode:
+      // 66 unless TSAN_OPTIONS says otherwise.
+      EXPECT_NE(msg.find("exited with status 66"), std::string::npos) << msg;
+    } else {
+      EXPECT_NE(msg.find("SIGSEGV"), std::string::npos) << msg;
+    }
 #endif
     EXPECT_NE(msg.find("task 2: [8, 9, 10, 11]"), std::string::npos) << msg;
   }
@@ -292,11 +299,15 @@ TEST(Hangs, TimeoutNamesTheSecondsAndTheWorker) {
   DataLoaderOptions o;
   o.batch_size = 2;
   o.num_workers = 2;
-  o.timeout = 1;
+  // 1 s (3 s under TSan, where starting a worker alone can take a second on a busy
+  // machine); the stuck sample sleeps 4 times that.
+  o.timeout = testing::kSlowdown;
   {
-    DataLoader dl(faulty(20, 3, "sleep", 0, 4000), o);
+    DataLoader dl(faulty(20, 3, "sleep", 0, 4000 * testing::kSlowdown), o);
     std::string msg = error_of([&] { all_batches(dl); });
-    EXPECT_NE(msg.find("DataLoader timed out after 1 seconds"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("DataLoader timed out after " + std::to_string(testing::kSlowdown) + " seconds"),
+              std::string::npos)
+        << msg;
     EXPECT_NE(msg.find("from DataLoader worker 1 (pid "), std::string::npos) << msg;
   }
   expect_nothing_left();
@@ -446,7 +457,7 @@ void interrupt_parent_with(int sig) {
   pid_t pid = -1;
   ASSERT_EQ(posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ), 0);
   posix_spawn_file_actions_destroy(&fa);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20 * testing::kSlowdown);
   while (children_of(pid).first < 2 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_GE(children_of(pid).first, 2) << "the bench process never started its workers";
@@ -454,7 +465,7 @@ void interrupt_parent_with(int sig) {
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   // Its workers notice within a second (socket EOF, parent-death signal).
-  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5 * testing::kSlowdown);
   while (children_of(pid).first + workers_spawned_by(pid) > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(children_of(pid).first, 0) << "workers outlived their parent";

@@ -22,6 +22,7 @@
 #include "loader/warnings.h"
 #include "loader/worker_info.h"
 #include "process_leaks.h"
+#include "sanitizers.h"
 #include "test_util.h"
 
 namespace loader {
@@ -758,7 +759,7 @@ TEST_F(TorchWorkerCases, PersistentLoaderStartingANewEpochEndsTheLiveOne) {
   o.num_workers = 2;
   o.batch_size = 2;
   o.persistent_workers = true;
-  o.timeout = 3;  // a lost batch fails in 3 s instead of hanging the suite
+  o.timeout = 3 * testing::kSlowdown;  // a lost batch fails in 3 s (9 under TSan) instead of hanging the suite
   DataLoader dl(make_dataset({"range", Value::dict({{"n", 20}})}), o);
   auto it1 = dl.iter();
   ASSERT_TRUE(it1.next().has_value());
