@@ -28,7 +28,18 @@ Pipeline::~Pipeline() { shutdown(); }
 
 // ------------------------------------------------------------------ starting workers
 
-void Pipeline::start_locked_prepare(Slot& s, uint32_t gen) {
+uint32_t Pipeline::begin_incarnation_locked(Slot& s) {
+  // Reset before the link exists: its reader may report a hello at once.
+  const uint32_t gen = s.life.start();
+  s.announced.clear();
+  s.hello = false;
+  s.started = std::chrono::steady_clock::now();
+  s.stopped_ticks = 0;
+  s.outbox.clear();  // frames for an older incarnation
+  return gen;
+}
+
+void Pipeline::start_locked_prepare(Slot& s) {
   // First frames of every incarnation: the RNG state page, then the configuration.
   const int w = s.life.id();
   if (!s.state_page) s.state_page = ShmSegment::create(RngStatePage::kBytes);
@@ -36,11 +47,6 @@ void Pipeline::start_locked_prepare(Slot& s, uint32_t gen) {
   put_u64(page, s.state_page->size());
   queue_locked(w, FrameType::StatePage, std::move(page), s.state_page);
   queue_locked(w, FrameType::Init, encoded_config(config_.workers[static_cast<size_t>(w)]));
-  s.announced.clear();
-  s.hello = false;
-  s.started = std::chrono::steady_clock::now();
-  s.stopped_ticks = 0;
-  (void)gen;
 }
 
 void Pipeline::start_workers() {
@@ -51,7 +57,7 @@ void Pipeline::start_workers() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return;
-      gen = s.life.start();
+      gen = begin_incarnation_locked(s);
     }
     try {
       WorkerLink::Spec spec{static_cast<int>(w), gen, config_.in_process, config_.executable};
@@ -59,7 +65,7 @@ void Pipeline::start_workers() {
       std::lock_guard<std::mutex> lock(mu_);
       s.life.set_pid(gen, link->pid());
       s.link = std::move(link);
-      start_locked_prepare(s, gen);
+      start_locked_prepare(s);
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(mu_);
       const std::string type = dynamic_cast<const Error*>(&e) ? static_cast<const Error&>(e).python_type() : "RuntimeError";
@@ -79,8 +85,7 @@ void Pipeline::restart(int worker, uint32_t gen) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || s.life.state() != WorkerLifecycle::State::Restarting || s.life.generation() != gen) return;
     old = std::move(s.link);
-    next = s.life.start();
-    s.outbox.clear();  // frames for the old incarnation
+    next = begin_incarnation_locked(s);
   }
   old.reset();  // its reader has finished and its process is reaped: nothing waits here
   std::unique_ptr<WorkerLink> link;
@@ -97,7 +102,7 @@ void Pipeline::restart(int worker, uint32_t gen) {
     std::lock_guard<std::mutex> lock(mu_);
     s.life.set_pid(next, link->pid());
     s.link = std::move(link);
-    start_locked_prepare(s, next);
+    start_locked_prepare(s);
     // Tasks of older epochs will never be answered now: their slabs come back.
     for (uint64_t slab : s.life.drop_other_epochs(epoch_))
       if (slab) slabs_->release(worker, slab);
@@ -117,15 +122,7 @@ void Pipeline::restart(int worker, uint32_t gen) {
     for (const auto& [task, t] : s.life.held()) tasks.push_back(task);
     for (uint64_t task : tasks) send_task_locked(worker, task);
   }
-  // Written here, under flush_mu: the new incarnation's frames go out in order.
-  std::vector<OutFrame> frames;
-  WorkerLink* l;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    frames.swap(s.outbox);
-    l = s.link.get();
-  }
-  for (auto& f : frames) l->send(f.type, f.body, f.fd_owner ? f.fd_owner->fd() : -1);
+  write_outbox(s);  // still under flush_mu: the new incarnation's frames go out in order
 }
 
 // ------------------------------------------------------------------ frames out
@@ -137,13 +134,17 @@ void Pipeline::queue_locked(int worker, FrameType type, std::string body, std::s
 void Pipeline::flush(int worker) {
   Slot& s = *slots_[static_cast<size_t>(worker)];
   std::lock_guard<std::mutex> fl(s.flush_mu);
+  write_outbox(s);
+}
+
+void Pipeline::write_outbox(Slot& s) {
   std::vector<OutFrame> frames;
   WorkerLink* link;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (s.outbox.empty() || !s.link || closed_) return;
     frames.swap(s.outbox);
-    link = s.link.get();  // replaced only under flush_mu (restart), destroyed after the supervisor (shutdown)
+    link = s.link.get();  // replaced only under flush_mu (held by the caller); destroyed by shutdown, also under it
   }
   for (auto& f : frames)
     if (!link->send(f.type, f.body, f.fd_owner ? f.fd_owner->fd() : -1)) break;  // the reader reports the loss

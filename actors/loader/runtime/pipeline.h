@@ -175,7 +175,12 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
     uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
   };
 
-  void start_locked_prepare(Slot& s, uint32_t gen);
+  /// A new generation for `s` (lifecycle Starting, hello/watchdog state reset).
+  uint32_t begin_incarnation_locked(Slot& s);
+  /// Queues the first frames of the incarnation (state page, configuration).
+  void start_locked_prepare(Slot& s);
+  /// Writes the frames queued for `s`.  REQUIRES: s.flush_mu held, mu_ not held.
+  void write_outbox(Slot& s);
   void dispatch_locked();
   void send_task_locked(int worker, uint64_t task);
   void drain_waiting_locked(int worker);
