@@ -191,6 +191,7 @@ TEST(TorchAdapter, PinnedBatchConvertsAndIsPinnedTellsTheTruth) {
     }
     EXPECT_EQ(k, n / b);
     EXPECT_TRUE(dl.pin_memory_status().requested);
+    RecordProperty("pin_backend", dl.pin_memory_status().backend_name());
   }
   EXPECT_EQ(leaks.new_children(), "");
   EXPECT_EQ(leaks.new_segments(), "");
@@ -254,7 +255,7 @@ TEST(TorchAdapter, NestedBatchBecomesAnIValue) {
   ASSERT_TRUE(dict.at("pair").isTensorList());
   EXPECT_EQ(dict.at("pair").toTensorList().get(1).numel(), 3);
   ASSERT_TRUE(dict.at("meta").isTuple());
-  const auto& meta = dict.at("meta").toTupleRef().elements();
+  const std::vector<c10::IValue> meta = dict.at("meta").toTupleRef().elements().asArrayRef().vec();
   ASSERT_EQ(meta.size(), 5u);
   EXPECT_EQ(meta[0].toInt(), 7);
   EXPECT_EQ(meta[1].toDouble(), 2.5);
@@ -384,18 +385,29 @@ TEST(TorchAdapter, PythonPyTorchLoadsTheStateDictIntoTheSameModel) {
   model->eval();
   at::Tensor x = torch::linspace(-2, 2, 12).view({3, 4});
   at::Tensor y = model->forward(x);
-  const std::string path = temp_path("py.pt");
+  const std::string path = temp_path("py.pt"), from_python = temp_path("from_python.pt");
   pt::save(torch_state_dict(*model), path);
 
+  // Python loads our file into its model and prints that model's outputs (line 1); it
+  // also saves a state_dict of its own (torch.save, with _metadata) and prints the
+  // outputs of that model (line 2), which the C++ model must give after loading it.
   const std::string script =
       "import sys, torch\n"
       "from torch import nn\n"
-      "m = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.BatchNorm1d(3), nn.Linear(3, 2))\n"
+      "def model():\n"
+      "    return nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.BatchNorm1d(3), nn.Linear(3, 2))\n"
+      "x = torch.linspace(-2, 2, 12).view(3, 4)\n"
+      "m = model()\n"
       "m.load_state_dict(torch.load(sys.argv[1], weights_only=True), strict=True)\n"
       "m.eval()\n"
+      "torch.manual_seed(7)\n"
+      "p = model()\n"
+      "p(torch.randn(16, 4))\n"
+      "p.eval()\n"
+      "torch.save(p.state_dict(), sys.argv[2])\n"
       "with torch.no_grad():\n"
-      "    y = m(torch.linspace(-2, 2, 12).view(3, 4))\n"
-      "print(' '.join(repr(v) for v in y.flatten().tolist()))\n";
+      "    for y in (m(x), p(x)):\n"
+      "        print(' '.join(repr(v) for v in y.flatten().tolist()))\n";
   const std::string script_path = temp_path("check.py");
   {
     std::FILE* f = std::fopen(script_path.c_str(), "w");
@@ -403,16 +415,25 @@ TEST(TorchAdapter, PythonPyTorchLoadsTheStateDictIntoTheSameModel) {
     std::fputs(script.c_str(), f);
     std::fclose(f);
   }
-  const std::string out = run(python + " " + script_path + " " + path + " 2>&1", &status);
+  const std::string out = run(python + " " + script_path + " " + path + " " + from_python + " 2>&1", &status);
   std::remove(script_path.c_str());
   std::remove(path.c_str());
   ASSERT_EQ(status, 0) << out;
   std::istringstream in(out);
   std::vector<double> got;
   for (double v; in >> v;) got.push_back(v);
-  ASSERT_EQ(got.size(), 6u) << out;
+  ASSERT_EQ(got.size(), 12u) << out;
   at::Tensor yd = y.flatten().to(torch::kDouble);
-  for (int i = 0; i < 6; ++i) EXPECT_NEAR(got[static_cast<size_t>(i)], yd[i].item<double>(), 1e-6) << "output " << i;
+  for (int i = 0; i < 6; ++i)
+    EXPECT_NEAR(got[static_cast<size_t>(i)], yd[i].item<double>(), 1e-6) << "PyTorch with our weights, output " << i;
+
+  auto back = small_model();
+  load_torch_state_dict(*back, pt::load(from_python));
+  std::remove(from_python.c_str());
+  back->eval();
+  at::Tensor yp = back->forward(x).flatten().to(torch::kDouble);
+  for (int i = 0; i < 6; ++i)
+    EXPECT_NEAR(got[static_cast<size_t>(6 + i)], yp[i].item<double>(), 1e-6) << "PyTorch's weights here, output " << i;
 }
 
 }  // namespace
