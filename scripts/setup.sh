@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake libcaf-dev libboost-dev libgtest-dev libdlpack-dev zlib1g-dev
       nlohmann-json3-dev libeigen3-dev libopenblas-dev
-      python3-torch python3-numpy python3-matplotlib
+      python3-torch python3-numpy python3-matplotlib libtorch-dev
       dataset-fashion-mnist clang libclang-rt-14-dev procps)
 missing=()
 for p in "${pkgs[@]}"; do

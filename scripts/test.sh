@@ -26,8 +26,9 @@ if [ -n "${LOADER_SANITIZE:-}" ]; then
     thread) export BUILD_DIR=${BUILD_DIR:-build-tsan} ;;
     *) echo "LOADER_SANITIZE must be address or thread" >&2; exit 2 ;;
   esac
-  # Sanitizer builds leave CUDA out (its runtime and ASan's shadow memory do not mix).
-  export CMAKE_ARGS="${CMAKE_ARGS:-} -DLOADER_SANITIZE=$LOADER_SANITIZE -DLOADER_WITH_CUDA=OFF -DLOADER_BUILD_DEMOS=OFF -DLOADER_BUILD_BENCH=OFF -DLOADER_BUILD_FUZZ=OFF"
+  # Sanitizer builds leave CUDA out (its runtime and ASan's shadow memory do not mix), and
+  # libtorch (not instrumented: its allocations and threads would be false reports).
+  export CMAKE_ARGS="${CMAKE_ARGS:-} -DLOADER_SANITIZE=$LOADER_SANITIZE -DLOADER_WITH_CUDA=OFF -DLOADER_WITH_TORCH=OFF -DLOADER_BUILD_DEMOS=OFF -DLOADER_BUILD_BENCH=OFF -DLOADER_BUILD_FUZZ=OFF"
   export BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -570,7 +570,7 @@ DType from_dl_dtype(DLDataType d) {
 }
 }  // namespace
 
-DLManagedTensor* Tensor::to_dlpack() const {
+DLManagedTensor* Tensor::to_dlpack(DLPackDevice device) const {
   if (!defined()) throw ValueError("to_dlpack: undefined tensor");
   auto* ctx = new DLPackContext;
   ctx->tensor = *this;
@@ -579,7 +579,8 @@ DLManagedTensor* Tensor::to_dlpack() const {
   DLTensor& t = ctx->managed.dl_tensor;
   t.data = storage_->data();
   t.byte_offset = static_cast<uint64_t>(offset_) * element_size();
-  t.device = DLDevice{ctx->tensor.is_pinned() ? kDLCUDAHost : kDLCPU, 0};
+  const bool cuda_host = device == DLPackDevice::CudaHostWhenPinned && ctx->tensor.is_pinned();
+  t.device = DLDevice{cuda_host ? kDLCUDAHost : kDLCPU, 0};
   t.ndim = static_cast<int32_t>(dim());
   t.dtype = to_dl_dtype(dtype_);
   t.shape = ctx->shape.data();

@@ -141,8 +141,22 @@ class Tensor {
   /// Exports a view of this tensor; the DLManagedTensor keeps the storage alive until
   /// its deleter runs. Complex64 maps to kDLComplex, bfloat16 to kDLBfloat, bool to kDLBool
   /// (to 8-bit kDLUInt with DLPack < 0.8, which has no bool type).
-  DLManagedTensor* to_dlpack() const;
-  /// Imports a CPU DLPack tensor without copying; the deleter runs when the last view dies.
+  ///
+  /// The device is kDLCPU, for pinned (CUDA page-locked) tensors too, as PyTorch's own
+  /// torch.utils.dlpack.to_dlpack does: libtorch 1.13's at::fromDLPack and
+  /// torch.from_dlpack reject kDLCUDAHost ("Unsupported device_type: 3").  Pinned memory
+  /// stays pinned: a CUDA consumer finds it with cudaPointerGetAttributes (that is how
+  /// torch's is_pinned() answers), and is_pinned() here still says so.  Pass
+  /// DLPackDevice::CudaHostWhenPinned for consumers that want DLPack's own word for
+  /// page-locked host memory (kDLCUDAHost: CuPy, NumPy).  See docs/gpu.md.
+  enum class DLPackDevice : uint8_t {
+    Cpu,                 ///< kDLCPU always (default; what PyTorch exports)
+    CudaHostWhenPinned,  ///< kDLCUDAHost when is_pinned(), kDLCPU otherwise
+  };
+  DLManagedTensor* to_dlpack(DLPackDevice device = DLPackDevice::Cpu) const;
+  /// Imports a CPU (kDLCPU or kDLCUDAHost) DLPack tensor without copying; the deleter
+  /// runs when the last view dies.  kDLCUDAHost marks the storage pinned; a kDLCPU
+  /// tensor is taken as not pinned (the export does not say).
   static Tensor from_dlpack(DLManagedTensor* managed);
 
  private:

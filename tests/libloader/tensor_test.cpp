@@ -126,5 +126,29 @@ TEST(Tensor, DLPackExportSharesMemoryAndKeepsItAlive) {
   EXPECT_EQ(back.to_double_vector(), (std::vector<double>{4, 5, 6, 7, 8, 9, 10, 11}));
 }
 
+TEST(Tensor, DLPackExportOfPinnedMemoryNamesTheCpuUnlessAskedForCudaHost) {
+  // A storage flagged pinned (as a CUDA-registered slab is); the bytes are heap memory.
+  auto heap = Storage::allocate(4 * sizeof(float));
+  auto pinned = Storage::wrap(heap->data(), heap->nbytes(), heap, MemoryKind::External, {}, /*pinned=*/true);
+  Tensor t(pinned, DType::Float32, {4}, {1}, 0);
+  ASSERT_TRUE(t.is_pinned());
+
+  DLManagedTensor* cpu = t.to_dlpack();  // PyTorch's choice: libtorch 1.13 accepts only kDLCPU
+  EXPECT_EQ(cpu->dl_tensor.device.device_type, kDLCPU);
+  EXPECT_EQ(cpu->dl_tensor.data, heap->data());
+  Tensor back = Tensor::from_dlpack(cpu);
+  EXPECT_EQ(back.data_ptr(), heap->data());
+  EXPECT_FALSE(back.is_pinned()) << "kDLCPU does not say pinned; the import must not guess";
+
+  DLManagedTensor* host = t.to_dlpack(Tensor::DLPackDevice::CudaHostWhenPinned);
+  EXPECT_EQ(host->dl_tensor.device.device_type, kDLCUDAHost);
+  Tensor back_host = Tensor::from_dlpack(host);
+  EXPECT_TRUE(back_host.is_pinned()) << "kDLCUDAHost says pinned";
+
+  DLManagedTensor* plain = Tensor::arange(3).to_dlpack(Tensor::DLPackDevice::CudaHostWhenPinned);
+  EXPECT_EQ(plain->dl_tensor.device.device_type, kDLCPU) << "memory that is not pinned is plain CPU memory";
+  plain->deleter(plain);
+}
+
 }  // namespace
 }  // namespace loader
