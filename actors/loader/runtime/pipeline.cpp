@@ -21,7 +21,6 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs, Pipe
   iterable_ = !config_.workers.empty() && config_.workers.front().iterable;
   for (size_t w = 0; w < config_.workers.size(); ++w)
     slots_.push_back(std::make_unique<Slot>(static_cast<int>(w), config_.max_restarts, !iterable_));
-  if (config_.batch_bytes) slabs_->size_for(*config_.batch_bytes);
 }
 
 Pipeline::~Pipeline() { shutdown(); }
@@ -228,6 +227,15 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
         continue;
       }
       if (reset_streams) queue_locked(static_cast<int>(w), FrameType::Epoch, {});
+    }
+    // Slabs sized before the first task (sample_spec): a pool that cannot fit in
+    // shared memory is this epoch's error, before its first batch.
+    if (config_.batch_bytes && !fatal_) {
+      try {
+        slabs_->size_for(*config_.batch_bytes);
+      } catch (const Error& e) {
+        set_fatal_locked(e.python_type(), e.what(), -1);
+      }
     }
     if (!fatal_) dispatch_locked();
     id = epoch_;
