@@ -8,9 +8,14 @@ same workloads, sizes and worker counts, measures this machine's copy bandwidth
 (`loader bench --memcpy`), and writes the report docs/benchmarks.md with its plots
 docs/benchmarks_*.png, including the targets of issue 12 as a PASS/MISS checklist.
 
-    /usr/bin/python3 bench/side_by_side.py                 # full run (~9 min per round)
-    /usr/bin/python3 bench/side_by_side.py --rounds 3      # 3 interleaved rounds (WORKLOADS.md)
-    /usr/bin/python3 bench/side_by_side.py --quick         # smoke run (~2 min), report in bench/results/
+    /usr/bin/python3 bench/side_by_side.py                 # full run (~8-9 min on an idle 2-core machine)
+    /usr/bin/python3 bench/side_by_side.py --rounds 3      # 3 interleaved rounds (WORKLOADS.md; ~25 min)
+    /usr/bin/python3 bench/side_by_side.py --quick         # smoke run, report in bench/results/quick.md
+
+(Estimates: loader + PyTorch take ~6 min per round and the loader-only scaling part
+~45 s once, from the 2026-11 full run; the libtorch peer adds ~1.5-2 min per round,
+mostly materialising W2's 3 GB per `tensor`/`tensor_batched` run, plus ~1.5 min once to
+build it. The first --quick run also pays that build.)
 
 The libtorch peer is a standalone CMake project (needs Debian `libtorch-dev`); the
 script builds it into build-bench/peer_libtorch when the binary is missing or older
