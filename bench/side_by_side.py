@@ -899,7 +899,7 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
               f"{fmt_ms(res.stat('libtorch', wl, 'tensor', w, 'first_batch_s')) if has else 'n/a'} | "
               f"{fmt_ms(res.stat('loader', wl, lv, w, 'warm_first_batch_s', True)) if w > 0 else 'n/a'} | "
               f"{fmt_ms(res.stat('torch', wl, tv, w, 'warm_first_batch_s', True)) if w > 0 else 'n/a'} | "
-              f"{fmt_ms(res.stat('libtorch', wl, 'tensor', w, 'warm_first_batch_s')) if has else 'n/a'} |")
+              f"{fmt_ms(res.stat('libtorch', wl, 'tensor', w, 'warm_first_batch_s')) if has and w > 0 else 'n/a'} |")
     A("")
 
     # ---- memory table
