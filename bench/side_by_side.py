@@ -1,19 +1,35 @@
 #!/usr/bin/python3
-"""loader vs PyTorch on the standard workloads, side by side, in one run.
+"""loader vs PyTorch and libtorch on the standard workloads, side by side, in one run.
 
-Runs `loader bench` and bench/peer_torch.py (PyTorch's DataLoader, the
-`tensor` and `python` variants) alternately on the same workloads, sizes and worker
-counts, measures this machine's copy bandwidth (`loader bench --memcpy`), and writes
-the report docs/benchmarks.md with its plots docs/benchmarks_*.png.
+Runs `loader bench`, bench/peer_torch.py (PyTorch's DataLoader, the `tensor` and
+`python` variants) and bench/peer_libtorch (libtorch's `torch::data` with worker
+threads, the `tensor`, `gen` and `tensor_batched` variants, W1-W3) alternately on the
+same workloads, sizes and worker counts, measures this machine's copy bandwidth
+(`loader bench --memcpy`), and writes the report docs/benchmarks.md with its plots
+docs/benchmarks_*.png, including the targets of issue 12 as a PASS/MISS checklist.
 
-    /usr/bin/python3 bench/side_by_side.py                 # full run (~10 min per round)
-    /usr/bin/python3 bench/side_by_side.py --rounds 3      # 3 interleaved rounds (WORKLOADS.md)
-    /usr/bin/python3 bench/side_by_side.py --quick         # smoke run (< 2 min), report in bench/results/
+    /usr/bin/python3 bench/side_by_side.py                 # full run (~8-9 min on an idle 2-core machine)
+    /usr/bin/python3 bench/side_by_side.py --rounds 3      # 3 interleaved rounds (WORKLOADS.md; ~25 min)
+    /usr/bin/python3 bench/side_by_side.py --quick         # smoke run, report in bench/results/quick.md
+
+(Estimates: loader + PyTorch take ~6 min per round and the loader-only scaling part
+~45 s once, from the 2026-11 full run; the libtorch peer adds ~1.5-2 min per round,
+mostly materialising W2's 3 GB per `tensor`/`tensor_batched` run, plus ~1.5 min once to
+build it. The first --quick run also pays that build.)
+
+The libtorch peer is a standalone CMake project (needs Debian `libtorch-dev`); the
+script builds it into build-bench/peer_libtorch when the binary is missing or older
+than its source, and leaves the peer out, saying so in the report, when libtorch
+cannot be found (`--no-libtorch` leaves it out on purpose).
 
 Every configuration runs in its own process; this script samples that process tree
-from /proc every 20 ms (the same way for both sides) for its memory, and the
+from /proc every 20 ms (the same way for every side) for its memory, and the
 system-wide CPU time spent outside it (other work on the machine), and keeps every
 raw JSON line in bench/results/.
+
+Causes of missed targets: the report's checklist takes them, per target id, from
+bench/target_causes.json ({"w1_vs_libtorch": "text", ...}) when that file exists, so
+they survive `--from-raw` re-renders; the ids are listed in the raw log's report line.
 """
 import argparse
 import datetime
@@ -21,6 +37,7 @@ import json
 import math
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -31,6 +48,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PEER = os.path.join(ROOT, "bench", "peer_torch.py")
+LIBTORCH_SRC = os.path.join(ROOT, "bench", "peer_libtorch")
+LIBTORCH_BUILD = os.path.join(ROOT, "build-bench", "peer_libtorch")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -46,8 +65,12 @@ WORKLOADS = {
 LOADER_VARIANTS = {"W1": ["tensor", "gen"], "W2": ["tensor", "gen"], "W3": ["tensor", "gen"], "W4": ["gen"]}
 TORCH_VARIANTS = {"W1": ["tensor", "python"], "W2": ["tensor", "python"], "W3": ["tensor", "python"],
                   "W4": ["python"]}
-# like-for-like pairs for the ratio column
-PAIRS = {"tensor": "tensor", "gen": "python"}
+# libtorch's torch::data (worker threads) on W1-W3: `tensor` (get(i) + Stack<>), `gen`
+# (sample computed from i + Stack<>) and `tensor_batched` (one index_select per batch).
+LIBTORCH_VARIANTS = {"W1": ["tensor", "gen", "tensor_batched"], "W2": ["tensor", "gen", "tensor_batched"],
+                     "W3": ["tensor", "gen"]}
+# like-for-like pairs for the ratio columns: loader variant -> (torch variant, libtorch variants)
+PAIRS = {"tensor": ("tensor", ("tensor", "tensor_batched")), "gen": ("python", ("gen",))}
 PF_WORKLOAD, PF_VARIANT = "W3", "tensor"  # memory against prefetch_factor
 PERSISTENT = {"W1": ("tensor", "tensor"), "W2": ("tensor", "tensor"), "W3": ("tensor", "tensor"),
               "W4": ("gen", "python")}  # (loader variant, torch variant)
@@ -231,6 +254,7 @@ def run_loader(args, wl, variant, workers, n, epochs, persistent=False, prefetch
         main_cpu_s=statistics.median(e.get("main_cpu_s", 0) for e in epochs_json),
         workers_cpu_s=statistics.median(e.get("workers_cpu_s", 0) for e in epochs_json),
         main_ctx_switches=statistics.median(e.get("main_ctx_switches", 0) for e in epochs_json),
+        **loader_per_batch(epochs_json, persistent),
         batches=epochs_json[0]["batches"],
         epoch_s=statistics.median(eps),
         ok=all(e["ok"] for e in epochs_json),
@@ -240,6 +264,21 @@ def run_loader(args, wl, variant, workers, n, epochs, persistent=False, prefetch
         f"first {rec['first_batch_s'] * 1e3:7.2f} ms, tree RSS {ext['ext_peak_tree_rss_mb']:.0f} MB, "
         f"other CPU {ext['other_cpu_share']:.0%}")
     return rec
+
+
+def loader_per_batch(epochs_json, persistent):
+    """The parent's cost per delivered batch: median over the epochs (persistent: over
+    the warm epochs 2.., the steady state); computed from the totals for results of a
+    `loader bench` older than these fields."""
+    def one(e, key, total_key, scale):
+        if key in e:
+            return e[key]
+        return e.get(total_key, 0) * scale / max(1, e.get("batches", 1))
+    eps = epochs_json[1:] if persistent and len(epochs_json) > 1 else epochs_json
+    return dict(main_cpu_us_per_batch=statistics.median(one(e, "main_cpu_us_per_batch", "main_cpu_s", 1e6)
+                                                        for e in eps),
+                ctx_switches_per_batch=statistics.median(one(e, "ctx_switches_per_batch", "main_ctx_switches", 1)
+                                                         for e in eps))
 
 
 def run_torch(args, wl, variant, workers, n, epochs, persistent=False):
@@ -274,6 +313,78 @@ def run_torch(args, wl, variant, workers, n, epochs, persistent=False):
     log(f"torch  {wl}/{variant}/w{workers}{'/persistent' if persistent else ''}: "
         f"{rec['samples_per_s']:>12.0f} samples/s, first {rec['first_batch_s'] * 1e3:7.2f} ms, "
         f"tree RSS {ext['ext_peak_tree_rss_mb']:.0f} MB, other CPU {ext['other_cpu_share']:.0%}")
+    return rec
+
+
+def ensure_libtorch(args):
+    """The peer_libtorch binary, built (out of tree) when missing or older than its
+    source; None and a note saying why when the peer is left out."""
+    if args.no_libtorch:
+        return None, "left out (--no-libtorch)"
+    if args.libtorch:
+        if os.access(args.libtorch, os.X_OK):
+            return args.libtorch, f"`{args.libtorch}`"
+        return None, f"left out: --libtorch {args.libtorch} is not an executable"
+    exe = os.path.join(LIBTORCH_BUILD, "peer_libtorch")
+    srcs = [os.path.join(LIBTORCH_SRC, f) for f in ("peer_libtorch.cpp", "CMakeLists.txt")]
+    if os.access(exe, os.X_OK) and os.path.getmtime(exe) >= max(os.path.getmtime(f) for f in srcs):
+        return exe, f"`{os.path.relpath(exe, ROOT)}` (already built)"
+    log(f"building the libtorch peer into {os.path.relpath(LIBTORCH_BUILD, ROOT)} (once; about 1-2 min)")
+    t0 = time.perf_counter()
+    steps = [["cmake", "-S", LIBTORCH_SRC, "-B", LIBTORCH_BUILD, "-DCMAKE_BUILD_TYPE=Release"],
+             ["cmake", "--build", LIBTORCH_BUILD, "-j", str(os.cpu_count() or 1)]]
+    for step in steps:
+        try:
+            p = subprocess.run(step, capture_output=True, text=True, cwd=ROOT)
+        except OSError as e:
+            return None, f"left out: cannot run cmake ({e})"
+        if p.returncode != 0:
+            out = (p.stdout + p.stderr).strip().splitlines()
+            if step[1] == "-S" and any("Torch" in x for x in out):
+                why = "libtorch not found (Debian: `apt-get install -y libtorch-dev`)"
+            else:
+                why = f"`{' '.join(step[:2])}` failed: " + next(
+                    (x.strip() for x in out if "error" in x.lower()), out[-1] if out else f"exit {p.returncode}")
+            log(f"libtorch peer left out: {why}")
+            return None, "left out: " + why
+    log(f"built the libtorch peer in {time.perf_counter() - t0:.0f} s")
+    return exe, f"`{os.path.relpath(exe, ROOT)}` (built by this run)"
+
+
+def run_libtorch(args, wl, variant, workers, n, epochs):
+    """libtorch's torch::data with `workers` threads. Its threads start in
+    make_data_loader and serve every epoch of the loader, so epoch 1 includes their
+    start and epochs 2.. are warm (the figure is the median epoch, as for the others)."""
+    cmd = [args.libtorch_exe, "--only", wl, "--variants", variant, "--workers", str(workers), "--n", str(n),
+           "--epochs", str(epochs)]
+    rc, out, err, ext = run_measured(cmd, args.timeout)
+    # the peer prints a bare nan for figures a one-epoch run lacks
+    lines = [json.loads(re.sub(r":\s*-?nan\b", ": null", x)) for x in out if x.startswith("{")]
+    rec = dict(side="libtorch", workload=wl, variant=variant, workers=workers, N=n, persistent=False, rc=rc,
+               **ext)
+    if rc != 0 or not lines:
+        rec["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit status {rc}"
+        log(f"libtorch {wl}/{variant}/w{workers}: FAILED ({rec['error']})")
+        return rec
+    t = lines[-1]
+    eps = t["epoch_s"] if isinstance(t["epoch_s"], list) else [t["epoch_s"]]
+
+    def num(x):  # the peer prints nan for one-epoch runs
+        return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+    rec.update(
+        samples_per_s=t["samples_per_s"],
+        MB_per_s=t["MB_per_s"],
+        first_batch_s=t["first_batch_s"],  # epoch 1, thread start included
+        warm_first_batch_s=num(t.get("warm_first_batch_s")),
+        warm_samples_per_s=num(t.get("warm_samples_per_s")),
+        peer_peak_rss_mb=t.get("peak_rss_MB"),
+        epoch_s=statistics.median(eps),
+        libtorch=t,
+        ok=True,
+    )
+    log(f"libtorch {wl}/{variant}/w{workers}: {rec['samples_per_s']:>12.0f} samples/s, "
+        f"first {rec['first_batch_s'] * 1e3:7.2f} ms, tree RSS {ext['ext_peak_tree_rss_mb']:.0f} MB, "
+        f"other CPU {ext['other_cpu_share']:.0%}")
     return rec
 
 
@@ -422,14 +533,19 @@ def plot(res, workers_list, path, scaling, scaling_path, pf_rows, pf_path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4.6))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.8))
     series = [("loader", "tensor", "#1f77b4", "loader tensor (mmap)"), ("loader", "gen", "#6baed6", "loader gen"),
-              ("torch", "tensor", "#d62728", "torch tensor"), ("torch", "python", "#fc9272", "torch python")]
+              ("torch", "tensor", "#d62728", "torch tensor"), ("torch", "python", "#fc9272", "torch python"),
+              ("libtorch", "tensor", "#2ca02c", "libtorch tensor"),
+              ("libtorch", "tensor_batched", "#98df8a", "libtorch tensor_batched"),
+              ("libtorch", "gen", "#bcbd22", "libtorch gen")]
+    if not any(r["side"] == "libtorch" for r in res.recs):
+        series = series[:4]
     for ax, wl in zip(axes, ["W1", "W2", "W3", "W4"]):
-        width = 0.2
+        width = 0.8 / len(series)
         for k, (side, var, color, label) in enumerate(series):
             vals = [res.stat(side, wl, var, w, "samples_per_s") for w in workers_list]
-            xs = [i + (k - 1.5) * width for i in range(len(workers_list))]
+            xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(workers_list))]
             ax.bar(xs, [v if v else float("nan") for v in vals], width, color=color, label=label)
         ax.set_yscale("log")
         ax.set_xticks(range(len(workers_list)))
@@ -442,7 +558,7 @@ def plot(res, workers_list, path, scaling, scaling_path, pf_rows, pf_path):
         if got:
             ax.set_ylim(min(got) / 3, max(got) * 2)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9)
+    fig.legend(handles, labels, loc="lower center", ncol=len(series), fontsize=9)
     fig.suptitle("samples/s per workload and worker count (median epoch; higher is better)")
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
@@ -479,6 +595,103 @@ def plot(res, workers_list, path, scaling, scaling_path, pf_rows, pf_path):
         plt.close(fig)
 
 
+def issue_targets(res, mc):
+    """Issue 12's targets, each {id, name, measured, result}, from the run's figures
+    (2 workers; the loader with fresh workers each epoch unless a target says otherwise)."""
+    out = []
+
+    def add(tid, name, measured, ok):
+        # ok: True / False, or None when a figure it needs is missing
+        out.append(dict(id=tid, name=name, measured=measured,
+                        result="NOT MEASURED" if ok is None else ("PASS" if ok else "MISS")))
+
+    def sps(side, wl, var, w=2, persistent=False, key="samples_per_s"):
+        return res.stat(side, wl, var, w, key, persistent)
+
+    # ahead of libtorch's threads in every like-for-like pair
+    for wl in ("W1", "W2"):
+        lt, lg = sps("loader", wl, "tensor"), sps("loader", wl, "gen")
+        pairs = [("tensor", lt, "tensor"), ("tensor", lt, "tensor_batched"), ("gen", lg, "gen")]
+        parts, oks = [], []
+        for lv, lval, bv in pairs:
+            bval = sps("libtorch", wl, bv)
+            r = lval / bval if lval and bval else None
+            parts.append(f"`{lv}` {fmt_rate(lval)} vs libtorch `{bv}` {fmt_rate(bval)} = {fmt_x(r)}")
+            oks.append(None if r is None else r > 1)
+        add(f"{wl.lower()}_vs_libtorch",
+            f"{wl} ahead of libtorch's threads (default options, 2 workers; every like-for-like pair)",
+            "; ".join(parts) + " (samples/s)", None if None in oks else all(oks))
+    # W1 with workers at least the 0-worker figure
+    l2, l0 = sps("loader", "W1", "tensor"), sps("loader", "W1", "tensor", 0)
+    r = l2 / l0 if l2 and l0 else None
+    add("w1_vs_0_workers", "W1 (2 workers) ≥ loader with 0 workers",
+        f"{fmt_rate(l2)} vs {fmt_rate(l0)} samples/s = {fmt_x(r)}", None if r is None else r >= 1)
+    # W1 and W4 against PyTorch
+    tt = sps("torch", "W1", "tensor")
+    r = l2 / tt if l2 and tt else None
+    add("w1_vs_torch", "W1 (2 workers) ≥ 100× PyTorch `tensor`",
+        f"{fmt_rate(l2)} vs {fmt_rate(tt)} samples/s = {fmt_x(r)}", None if r is None else r >= 100)
+    lg4, tp4 = sps("loader", "W4", "gen"), sps("torch", "W4", "python")
+    r = lg4 / tp4 if lg4 and tp4 else None
+    add("w4_vs_torch", "W4 (2 workers) ≥ 40× PyTorch `python`",
+        f"{fmt_rate(lg4)} vs {fmt_rate(tp4)} samples/s = {fmt_x(r)}", None if r is None else r >= 40)
+    # W2 against the copy limit
+    mbs, lim = sps("loader", "W2", "tensor", key="MB_per_s"), memcpy_limit(mc, 2)
+    r = mbs / lim if mbs and lim else None
+    add("w2_memcpy", "W2 `tensor`, fresh workers each epoch, ≥ 80% of the two-thread memcpy limit",
+        f"{r:.0%} ({mbs:.0f} of {lim:.0f} MB/s)" if r is not None else "—", None if r is None else r >= 0.8)
+    # first batch with fresh workers
+    for wl in ("W1", "W2", "W4"):
+        fb = sps("loader", wl, PERSISTENT[wl][0], key="first_batch_s")
+        add(f"{wl.lower()}_first_batch", f"{wl} first batch ≤ 10 ms, fresh workers (`{PERSISTENT[wl][0]}`)",
+            f"{fmt_ms(fb)} ms" if fb is not None else "—", None if fb is None else fb <= 0.010)
+    # epoch restart with persistent workers
+    for wl in WORKLOADS:
+        rs = sps("loader", wl, PERSISTENT[wl][0], persistent=True, key="warm_first_batch_s")
+        add(f"{wl.lower()}_restart", f"{wl} epoch restart ≤ 1 ms, persistent workers (`{PERSISTENT[wl][0]}`, "
+            "first batch of epochs ≥ 2)", f"{fmt_ms(rs)} ms" if rs is not None else "—",
+            None if rs is None else rs <= 0.001)
+    # parent CPU and context switches per batch: reported
+    parts, have = [], True
+    for wl in WORKLOADS:
+        v = PERSISTENT[wl][0]
+        us = sps("loader", wl, v, key="main_cpu_us_per_batch")
+        cs = sps("loader", wl, v, key="ctx_switches_per_batch")
+        wus = sps("loader", wl, v, persistent=True, key="main_cpu_us_per_batch")
+        wcs = sps("loader", wl, v, persistent=True, key="ctx_switches_per_batch")
+        if us is None or cs is None:
+            have = False
+            continue
+        txt = f"{wl} {us:.0f} µs, {cs:.1f} switches"
+        if wus is not None and wcs is not None:
+            txt += f" (persistent {wus:.0f} µs, {wcs:.1f})"
+        parts.append(txt)
+    add("per_batch_cost", "parent CPU per batch and context switches per batch reported (2 workers)",
+        "; ".join(parts) + " per batch" if parts else "—", True if have and parts else None)
+    return out
+
+
+def earlier_targets(res):
+    """Targets of earlier issues, kept in view (same form, result PASS/MISS/NOT MEASURED)."""
+    out = []
+    lt, tt = res.stat("loader", "W3", "tensor", 2, "samples_per_s"), res.stat("torch", "W3", "tensor", 2,
+                                                                                "samples_per_s")
+    r = lt / tt if lt and tt else None
+    out.append(dict(name="W3 (2 workers) ≥ 3× PyTorch `tensor`", measured=fmt_x(r),
+                    result="NOT MEASURED" if r is None else ("PASS" if r >= 3 else "MISS")))
+    overs = []
+    for wl in WORKLOADS:
+        a = res.stat("loader", wl, PERSISTENT[wl][0], 2, "self_peak_anon_mb")
+        f = res.stat("loader", wl, PERSISTENT[wl][0], 2, "self_peak_file_mb")
+        overs.append(a + f if a is not None and f is not None else None)
+    omax = max(overs) if all(x is not None for x in overs) else None
+    out.append(dict(name="peak memory ≤ dataset + slab pool + 50 MB (2 workers)",
+                    measured="overhead " + " / ".join(f"{wl} {fmt_mb(x)}" for wl, x in zip(WORKLOADS, overs))
+                    + " MB",
+                    result="NOT MEASURED" if omax is None else ("PASS" if omax <= 50 else "MISS")))
+    return out
+
+
 def pf_title(res):
     return f"loader: memory vs prefetch_factor ({res.pf_workload} {res.pf_variant}, 2 workers)"
 
@@ -487,7 +700,8 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
     W = args.workers_list
     lines = []
     A = lines.append
-    A("# Benchmarks: loader vs PyTorch DataLoader")
+    has_lib = any(r["side"] == "libtorch" for r in res.recs)
+    A("# Benchmarks: loader vs PyTorch DataLoader and libtorch `torch::data`")
     A("")
     A(f"Measured by `/usr/bin/python3 bench/side_by_side.py {' '.join(args.argv)}` in one run "
       f"(ended {args.date}, {t_total / 60:.1f} min, {args.rounds} round{'s' if args.rounds > 1 else ''}); "
@@ -496,6 +710,29 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
          else ".") + " Plots: " + ", ".join(f"`{os.path.basename(p)}`" for p in plot_files) + ".")
     A("")
     A("**Machine**: " + ", ".join(f"{k} {v}" for k, v in info.items()) + ".")
+    A("")
+    A(f"**libtorch peer**: {args.libtorch_note or 'not part of this run (results of an older script)'}."
+      + ("" if has_lib else " Its columns below are empty (—) and the targets against it are "
+         "NOT MEASURED."))
+    A("")
+    A("**To reproduce** (Debian 12, from a clone of the repository, nothing else needed):")
+    A("")
+    A("```sh")
+    A("apt-get install -y build-essential cmake libcaf-dev libboost-dev zlib1g-dev nlohmann-json3-dev \\")
+    A("    libdlpack-dev python3-torch python3-matplotlib libtorch-dev   # libtorch-dev: the libtorch peer")
+    A("cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOADER_BUILD_TESTS=OFF \\")
+    A("    -DLOADER_BUILD_DEMOS=OFF -DLOADER_BUILD_FUZZ=OFF")
+    A("cmake --build build-bench -j\"$(nproc)\" --target loader_tool     # -> build-bench/loader")
+    A(f"/usr/bin/python3 bench/side_by_side.py {' '.join(args.argv)}".rstrip()
+      + "   # builds build-bench/peer_libtorch itself")
+    A("```")
+    A("")
+    A("The script builds the libtorch peer (`bench/peer_libtorch`, a standalone CMake project) with "
+      "`cmake -S bench/peer_libtorch -B build-bench/peer_libtorch -DCMAKE_BUILD_TYPE=Release && "
+      "cmake --build build-bench/peer_libtorch` when the binary is missing or older than its source, and "
+      "leaves that peer out, saying so here, when libtorch is not installed. `--quick` is a 2-minute smoke "
+      "run whose report goes to `bench/results/quick.md`; `--rounds 3` interleaves three rounds; run it on "
+      "an otherwise idle machine (the header below says how busy it was).")
     A("")
     other_share = med(r.get("other_cpu_share") for r in res.recs)
     other_max = max((r.get("other_cpu_share") or 0 for r in res.recs), default=0)
@@ -523,13 +760,21 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
     A("* **PyTorch** 1.13 (CPU): `bench/peer_torch.py --only W --variants V --workers K --n N` "
       "(`tensor`: TensorDataset over materialised tensors; `python`: a Python `__getitem__` with torch ops; "
       "fork start method).")
-    A("* The two sides alternate configuration by configuration (workload → workers → round), so slow drifts "
-      "of the machine hit both.")
+    A("* **libtorch** 1.13 (`torch::data`, C++, worker *threads*): `build-bench/peer_libtorch/peer_libtorch "
+      "--only W --variants V --workers K --n N` (bench/peer_libtorch). `tensor`: `get(i)` returns rows of "
+      "materialised tensors, batched by `Stack<>`; `tensor_batched`: a `BatchDataset` whose `get_batch` is "
+      "one `index_select` per tensor; `gen`: each sample computed from its index by a C++ loop into a new "
+      "tensor, `Stack<>` (W3 `tensor`: flip/normalise with torch ops; no `tensor_batched`). W1–W3 only (W4 "
+      "is iterable-style). `RandomSampler` after `torch::manual_seed(0)`. libtorch's threads start in "
+      "`make_data_loader` and serve every epoch of the loader, so its epoch 1 includes their start and its "
+      "later epochs are warm; its figure is the median epoch like the others'.")
+    A("* The sides alternate configuration by configuration (workload → workers → round → variant: loader, "
+      "PyTorch, libtorch), so slow drifts of the machine hit all of them.")
     A("* `first batch`: from creating the epoch iterator to the first batch in hand (includes worker "
       "start-up without persistent workers). `epoch restart`: the same with `persistent_workers=True`, "
       "median over epochs 2–4 (workers already running).")
     A("* Memory: peak over the run of the sum of RSS over the process tree, sampled by this script every "
-      "20 ms from `/proc/PID/statm` for both sides (the tree is found by scanning `/proc/*/stat`; "
+      "20 ms from `/proc/PID/statm` for every side (the tree is found by scanning `/proc/*/stat`; "
       "peer_torch.py's own sampler reads `/proc/PID/task/PID/children`, which this kernel does not have, "
       "so its own figure covers the main process only). RSS sums over-count pages several processes "
       "map: PyTorch's forked workers count the parent's materialised dataset again, loader's workers "
@@ -554,46 +799,78 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
       f"{memcpy_limit(mc, 2) / 1e3:.2f} GB/s |")
     A("")
 
-    # ---- throughput table
+    # ---- throughput tables
+    def fail_note(side, wl, var, w):
+        if not res.get(side, wl, var, w) and res.failed(side, wl, var, w):
+            return f" ({side} failed: " + res.failed(side, wl, var, w)[0]["error"][:80] + ")"
+        return ""
+
+    def ratio(a, b):
+        return fmt_x(a / b) if a and b else "—"
+
     A("## Throughput")
     A("")
-    A("samples/s (median epoch). Ratios are like for like: loader `tensor` ÷ torch `tensor`, "
-      "loader `gen` ÷ torch `python` (W4: loader `gen` ÷ torch `python`).")
+    A("samples/s (median epoch); every loader and PyTorch epoch starts fresh workers "
+      "(`persistent_workers=False`), libtorch's threads live as long as its loader (see above). "
+      "Ratios are like for like, loader ÷ peer: in-memory data (loader `tensor` against PyTorch `tensor`, "
+      "libtorch `tensor` and `tensor_batched`) and samples computed from their index (loader `gen` against "
+      "PyTorch `python` and libtorch `gen`). `share of memcpy limit` = loader payload MB/s ÷ the streaming "
+      "memcpy limit (one thread for 0–1 workers, two threads for 2 workers).")
     A("")
-    A("| workload | workers | loader tensor | loader gen | torch tensor | torch python | ratio tensor | ratio gen | "
-      "loader MB/s | share of memcpy limit |")
-    A("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    A("### In-memory dataset (`tensor`)")
+    A("")
+    A("| workload | workers | loader | PyTorch | libtorch | libtorch batched | ÷ PyTorch | ÷ libtorch | "
+      "÷ libtorch batched | loader MB/s | share of memcpy limit |")
+    A("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for wl in [x for x in WORKLOADS if "tensor" in LOADER_VARIANTS[x]]:
+        for w in W:
+            lt = res.stat("loader", wl, "tensor", w, "samples_per_s")
+            tt = res.stat("torch", wl, "tensor", w, "samples_per_s")
+            bt = res.stat("libtorch", wl, "tensor", w, "samples_per_s")
+            bb = res.stat("libtorch", wl, "tensor_batched", w, "samples_per_s")
+            nb = "tensor_batched" in LIBTORCH_VARIANTS.get(wl, [])
+            mbs = res.stat("loader", wl, "tensor", w, "MB_per_s")
+            lim = memcpy_limit(mc, w)
+            A(f"| {wl} | {w} | {fmt_rate(lt)}{fail_note('loader', wl, 'tensor', w)} | {fmt_rate(tt)} | "
+              f"{fmt_rate(bt)} | {fmt_rate(bb) if nb else 'n/a'} | {ratio(lt, tt)} | {ratio(lt, bt)} | "
+              f"{ratio(lt, bb) if nb else 'n/a'} | {f'{mbs:.0f}' if mbs else '—'} | "
+              f"{f'{mbs / lim:.0%}' if mbs and lim else '—'} |")
+    A("")
+    A("### Samples computed from their index (loader `gen`, PyTorch `python`, libtorch `gen`)")
+    A("")
+    A("| workload | workers | loader | PyTorch | libtorch | ÷ PyTorch | ÷ libtorch | loader MB/s | "
+      "share of memcpy limit |")
+    A("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for wl in WORKLOADS:
         for w in W:
-            lt = res.stat("loader", wl, "tensor", w, "samples_per_s") if wl != "W4" else None
             lg = res.stat("loader", wl, "gen", w, "samples_per_s")
-            tt = res.stat("torch", wl, "tensor", w, "samples_per_s") if wl != "W4" else None
             tp = res.stat("torch", wl, "python", w, "samples_per_s")
-            best_var = "tensor" if wl != "W4" else "gen"
-            mbs = res.stat("loader", wl, best_var, w, "MB_per_s")
+            has = "gen" in LIBTORCH_VARIANTS.get(wl, [])
+            bg = res.stat("libtorch", wl, "gen", w, "samples_per_s") if has else None
+            mbs = res.stat("loader", wl, "gen", w, "MB_per_s")
             lim = memcpy_limit(mc, w)
-            fail = ""
-            if not res.get("loader", wl, best_var, w) and res.failed("loader", wl, best_var, w):
-                fail = " (loader failed: " + res.failed("loader", wl, best_var, w)[0]["error"][:80] + ")"
-            share = f"{mbs / lim:.0%}" if mbs and lim else "—"
-            A(f"| {wl} | {w} | {fmt_rate(lt) if wl != 'W4' else 'n/a'} | {fmt_rate(lg)} | "
-              f"{fmt_rate(tt) if wl != 'W4' else 'n/a'} | {fmt_rate(tp)} | "
-              f"{fmt_x(lt / tt) if lt and tt else '—'} | {fmt_x(lg / tp) if lg and tp else '—'} | "
-              f"{(f'{mbs:.0f}' if mbs else '—')}{fail} | {share} |")
+            A(f"| {wl} | {w} | {fmt_rate(lg)}{fail_note('loader', wl, 'gen', w)} | {fmt_rate(tp)} | "
+              f"{fmt_rate(bg) if has else 'n/a'} | {ratio(lg, tp)} | {ratio(lg, bg) if has else 'n/a'} | "
+              f"{f'{mbs:.0f}' if mbs else '—'} | {f'{mbs / lim:.0%}' if mbs and lim else '—'} |")
     A("")
     A("Steady state: the same with `persistent_workers=True`, samples/s of the warm epochs 2–4 "
-      "(no worker start-up, slabs already made); variants as in the latency table below.")
+      "(no worker start-up, slabs already made); variants as in the latency table below. libtorch: "
+      "its `tensor` variant's epochs 2.. (its threads always persist).")
     A("")
-    A("| workload | workers | loader warm | torch warm | ratio | loader warm MB/s | share of memcpy limit |")
-    A("|---|---:|---:|---:|---:|---:|---:|")
+    A("| workload | workers | loader warm | torch warm | libtorch warm | ÷ torch | ÷ libtorch | loader warm MB/s | "
+      "share of memcpy limit |")
+    A("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for wl in WORKLOADS:
         lv, tv = PERSISTENT[wl]
+        has = "tensor" in LIBTORCH_VARIANTS.get(wl, [])
         for w in [x for x in W if x > 0]:
             lw = res.stat("loader", wl, lv, w, "warm_samples_per_s", True)
             tw = res.stat("torch", wl, tv, w, "warm_samples_per_s", True)
+            bw = res.stat("libtorch", wl, "tensor", w, "warm_samples_per_s") if has else None
             mbs = lw * WORKLOADS[wl]["bytes"] / 1e6 if lw else None
             lim = memcpy_limit(mc, w)
-            A(f"| {wl} | {w} | {fmt_rate(lw)} | {fmt_rate(tw)} | {fmt_x(lw / tw) if lw and tw else '—'} | "
+            A(f"| {wl} | {w} | {fmt_rate(lw)} | {fmt_rate(tw)} | {fmt_rate(bw) if has else 'n/a'} | "
+              f"{ratio(lw, tw)} | {ratio(lw, bw) if has else 'n/a'} | "
               f"{f'{mbs:.0f}' if mbs else '—'} | {f'{mbs / lim:.0%}' if mbs and lim else '—'} |")
     A("")
     for pf in plot_files[:1]:
@@ -604,33 +881,42 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
     A("## Latency: first batch and epoch restart")
     A("")
     A("ms. `first batch` as above (median over epochs; every epoch starts fresh workers). `epoch restart`: "
-      "first batch of epochs 2–4 with `persistent_workers=True` (variant: " +
-      ", ".join(f"{wl} loader {PERSISTENT[wl][0]} / torch {PERSISTENT[wl][1]}" for wl in WORKLOADS) + ").")
+      "the time from `iter()` to the first batch of epochs 2–4 with `persistent_workers=True` (median of "
+      "the per-epoch `first_batch_s` that `loader bench --persistent` prints for epochs ≥ 2; variant: " +
+      ", ".join(f"{wl} loader {PERSISTENT[wl][0]} / torch {PERSISTENT[wl][1]}" for wl in WORKLOADS) + "). "
+      "libtorch (`tensor`): `first batch` is epoch 1's, from `make_data_loader` (its threads' start) to the "
+      "first batch; `epoch restart` the median of its epochs 2.. (`begin()` to the first batch).")
     A("")
-    A("| workload | workers | loader first batch | torch first batch | loader epoch restart | torch epoch restart |")
-    A("|---|---:|---:|---:|---:|---:|")
+    A("| workload | workers | loader first batch | torch first batch | libtorch first batch | "
+      "loader epoch restart | torch epoch restart | libtorch epoch restart |")
+    A("|---|---:|---:|---:|---:|---:|---:|---:|")
     for wl in WORKLOADS:
         lv, tv = PERSISTENT[wl]
+        has = "tensor" in LIBTORCH_VARIANTS.get(wl, [])
         for w in W:
             A(f"| {wl} | {w} | {fmt_ms(res.stat('loader', wl, lv, w, 'first_batch_s'))} | "
               f"{fmt_ms(res.stat('torch', wl, tv, w, 'first_batch_s'))} | "
+              f"{fmt_ms(res.stat('libtorch', wl, 'tensor', w, 'first_batch_s')) if has else 'n/a'} | "
               f"{fmt_ms(res.stat('loader', wl, lv, w, 'warm_first_batch_s', True)) if w > 0 else 'n/a'} | "
-              f"{fmt_ms(res.stat('torch', wl, tv, w, 'warm_first_batch_s', True)) if w > 0 else 'n/a'} |")
+              f"{fmt_ms(res.stat('torch', wl, tv, w, 'warm_first_batch_s', True)) if w > 0 else 'n/a'} | "
+              f"{fmt_ms(res.stat('libtorch', wl, 'tensor', w, 'warm_first_batch_s')) if has and w > 0 else 'n/a'} |")
     A("")
 
     # ---- memory table
     A("## Peak memory")
     A("")
-    A("MB. `tree RSS`: sum of RSS over the process tree (same sampler for both sides; over-counts "
+    A("MB. `tree RSS`: sum of RSS over the process tree (same sampler for every side; over-counts "
       "shared pages). `loader mem`: each page once (see above); `dataset` is the memory file's size, "
       "`slabs` the shared segments beyond it; `overhead` = `loader mem` − dataset − slabs, i.e. "
-      "private memory plus mapped program text of all processes.")
+      "private memory plus mapped program text of all processes. libtorch: its `tensor` variant (one "
+      "process; its dataset materialised in it).")
     A("")
-    A("| workload | workers | loader tree RSS | torch tree RSS | loader mem | dataset | slabs | overhead | "
-      "sys Δ loader | sys Δ torch |")
-    A("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    A("| workload | workers | loader tree RSS | torch tree RSS | libtorch RSS | loader mem | dataset | slabs | "
+      "overhead | sys Δ loader | sys Δ torch | sys Δ libtorch |")
+    A("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for wl in WORKLOADS:
         lv, tv = PERSISTENT[wl]
+        has = "tensor" in LIBTORCH_VARIANTS.get(wl, [])
         for w in W:
             rec = res.get("loader", wl, lv, w)
             ds_mb = rec[0]["dataset_mb"] if rec else None
@@ -640,82 +926,74 @@ def write_report(args, res, mc, info, busy_start, busy_end, t_total, scaling, pf
             over = res.stat("loader", wl, lv, w, "self_peak_anon_mb")
             fmb = res.stat("loader", wl, lv, w, "self_peak_file_mb")
             A(f"| {wl} | {w} | {fmt_mb(res.stat('loader', wl, lv, w, 'ext_peak_tree_rss_mb'))} | "
-              f"{fmt_mb(res.stat('torch', wl, tv, w, 'ext_peak_tree_rss_mb'))} | {fmt_mb(lm)} | {fmt_mb(ds_mb)} | "
+              f"{fmt_mb(res.stat('torch', wl, tv, w, 'ext_peak_tree_rss_mb'))} | "
+              f"{fmt_mb(res.stat('libtorch', wl, 'tensor', w, 'ext_peak_tree_rss_mb')) if has else 'n/a'} | "
+              f"{fmt_mb(lm)} | {fmt_mb(ds_mb)} | "
               f"{fmt_mb(slabs)} | {fmt_mb(over + fmb if over is not None and fmb is not None else None)} | "
               f"{fmt_mb(res.stat('loader', wl, lv, w, 'ext_peak_sys_delta_mb'))} | "
-              f"{fmt_mb(res.stat('torch', wl, tv, w, 'ext_peak_sys_delta_mb'))} |")
+              f"{fmt_mb(res.stat('torch', wl, tv, w, 'ext_peak_sys_delta_mb'))} | "
+              f"{fmt_mb(res.stat('libtorch', wl, 'tensor', w, 'ext_peak_sys_delta_mb')) if has else 'n/a'} |")
     A("")
 
     # ---- targets
-    A("## Targets (2 workers, ratios from this run)")
+    targets = issue_targets(res, mc)
+    causes = {}
+    if args.causes and os.path.exists(args.causes):
+        with open(args.causes) as f:
+            causes = json.load(f)
+    A("## Targets (issue 12)")
     A("")
-    A("| target | measured | met |")
-    A("|---|---:|:---:|")
-    targets = []
-
-    def t_row(name, val, ok, txt):
-        targets.append((name, ok))
-        A(f"| {name} | {txt if val is not None else 'not measured'} | "
-          f"{'yes' if ok else ('no' if val is not None else '—')} |")
-
-    lt = res.stat("loader", "W1", "tensor", 2, "samples_per_s")
-    tt = res.stat("torch", "W1", "tensor", 2, "samples_per_s")
-    r = lt / tt if lt and tt else None
-    t_row("W1 ≥ 100× torch `tensor`", r, r is not None and r >= 100, fmt_x(r))
-    mbs = res.stat("loader", "W2", "tensor", 2, "MB_per_s")
-    lim = memcpy_limit(mc, 2)
-    r = mbs / lim if mbs and lim else None
-    t_row("W2 ≥ 80% of the 2-thread memcpy limit", r, r is not None and r >= 0.8,
-          f"{r:.0%} ({mbs:.0f} of {lim:.0f} MB/s)" if r else "")
-    lt = res.stat("loader", "W3", "tensor", 2, "samples_per_s")
-    tt = res.stat("torch", "W3", "tensor", 2, "samples_per_s")
-    r = lt / tt if lt and tt else None
-    t_row("W3 ≥ 3× torch `tensor`", r, r is not None and r >= 3, fmt_x(r))
-    lg = res.stat("loader", "W4", "gen", 2, "samples_per_s")
-    tp = res.stat("torch", "W4", "python", 2, "samples_per_s")
-    r = lg / tp if lg and tp else None
-    t_row("W4 ≥ 40× torch `python`", r, r is not None and r >= 40, fmt_x(r))
-    fbs = [res.stat("loader", wl, PERSISTENT[wl][0], 2, "first_batch_s") for wl in WORKLOADS]
-    fb = max(fbs) if all(x is not None for x in fbs) else None
-    t_row("first batch ≤ 10 ms (worst workload)", fb, fb is not None and fb <= 0.010,
-          " / ".join(f"{wl} {fmt_ms(x)}" for wl, x in zip(WORKLOADS, fbs)) + " ms")
-    rs = [res.stat("loader", wl, PERSISTENT[wl][0], 2, "warm_first_batch_s", True) for wl in WORKLOADS]
-    rmax = max(rs) if all(x is not None for x in rs) else None
-    t_row("epoch restart with persistent workers ≤ 1 ms", rmax, rmax is not None and rmax <= 0.001,
-          " / ".join(f"{wl} {fmt_ms(x)}" for wl, x in zip(WORKLOADS, rs)) + " ms")
-    overs = []
-    for wl in WORKLOADS:
-        a = res.stat("loader", wl, PERSISTENT[wl][0], 2, "self_peak_anon_mb")
-        f = res.stat("loader", wl, PERSISTENT[wl][0], 2, "self_peak_file_mb")
-        overs.append(a + f if a is not None and f is not None else None)
-    omax = max(overs) if all(x is not None for x in overs) else None
-    t_row("peak memory ≤ dataset + slab pool + 50 MB", omax, omax is not None and omax <= 50,
-          "overhead " + " / ".join(f"{wl} {fmt_mb(x)}" for wl, x in zip(WORKLOADS, overs)) + " MB")
+    A("Computed by the script from this run's figures (2 workers; loader with fresh workers each epoch, "
+      "`persistent_workers=False`, unless the target says otherwise). PASS: met; MISS: not met, with the "
+      "measured figure; NOT MEASURED: a configuration it needs did not run or failed. Causes of misses "
+      "come from `bench/target_causes.json` (by target id) and the *Analysis* section.")
     A("")
-    A("Causes of the targets missed: see *Analysis* below.")
+    A("| | target | measured | result | cause of a miss |")
+    A("|---|---|---|:---:|---|")
+    for t in targets:
+        cause = ""
+        if t["result"] == "MISS":
+            cause = causes.get(t["id"], "_to be added_")
+        elif t["result"] == "NOT MEASURED":
+            cause = causes.get(t["id"], "")
+        mark = {"PASS": "[x]", "MISS": "[ ]", "NOT MEASURED": "[ ]"}[t["result"]]
+        A(f"| {mark} | {t['name']} (`{t['id']}`) | {t['measured']} | **{t['result']}** | {cause} |")
+    A("")
+    earlier = earlier_targets(res)
+    A("Earlier targets, still tracked:")
+    A("")
+    A("| target | measured | result |")
+    A("|---|---|:---:|")
+    for t in earlier:
+        A(f"| {t['name']} | {t['measured']} | {t['result']} |")
     A("")
     A("### Where loader's time goes")
     A("")
-    A("CPU seconds per epoch (median) of the main process (the application thread and the runtime's "
-      "actor threads, without the memory sampler) and of the worker processes, from `getrusage` and "
-      "`/proc/PID/stat`; these do not depend on how busy the machine was. `ctx switches` are the main "
-      "process's voluntary context switches (each one a thread waiting for a message).")
+    A("CPU per epoch (median) of the main process (the application thread and the runtime's threads, "
+      "without the memory sampler) and of the worker processes, from `getrusage` and `/proc/PID/stat`; "
+      "these depend little on how busy the machine was. `main CPU µs/batch` and `ctx switches/batch` are "
+      "the parent's cost of the batch path (`loader bench` prints them as `main_cpu_us_per_batch` and "
+      "`ctx_switches_per_batch`; a context switch here is a voluntary one, a thread waiting for a batch). "
+      "Rows `persistent`: `persistent_workers=True`, per-batch figures over the warm epochs 2 and later.")
     A("")
-    A("| workload | variant | workers | epoch s | main CPU s | workers CPU s | main CPU µs/batch | "
-      "ctx switches/batch |")
-    A("|---|---|---:|---:|---:|---:|---:|---:|")
+    A("| workload | variant | workers | workers started | epoch s | main CPU s | workers CPU s | "
+      "main CPU µs/batch | ctx switches/batch |")
+    A("|---|---|---:|---|---:|---:|---:|---:|---:|")
     for wl in WORKLOADS:
-        for lv in LOADER_VARIANTS[wl]:
-            for w in W:
-                rs = res.get("loader", wl, lv, w)
-                if not rs:
-                    continue
-                ep = med(r.get("epoch_s") for r in rs)
-                mc_ = med(r.get("main_cpu_s") for r in rs)
-                wc = med(r.get("workers_cpu_s") for r in rs)
-                cs = med(r.get("main_ctx_switches") for r in rs)
-                nb = rs[0].get("batches") or 1
-                A(f"| {wl} | {lv} | {w} | {ep:.3f} | {mc_:.3f} | {wc:.3f} | {mc_ / nb * 1e6:.0f} | {cs / nb:.1f} |")
+        rows = [(lv, w, False) for lv in LOADER_VARIANTS[wl] for w in W if w > 0]
+        rows += [(PERSISTENT[wl][0], w, True) for w in W if w > 0]
+        for lv, w, pers in rows:
+            rs = res.get("loader", wl, lv, w, pers)
+            if not rs:
+                continue
+            ep = med(r.get("epoch_s") for r in rs)
+            mc_ = med(r.get("main_cpu_s") for r in rs)
+            wc = med(r.get("workers_cpu_s") for r in rs)
+            us = med(r.get("main_cpu_us_per_batch") for r in rs)
+            cs = med(r.get("ctx_switches_per_batch") for r in rs)
+            A(f"| {wl} | {lv} | {w} | {'persistent' if pers else 'each epoch'} | {ep:.3f} | {mc_:.3f} | "
+              f"{wc:.3f} | {us:.0f} | {cs:.1f} |" if None not in (ep, mc_, wc, us, cs) else
+              f"| {wl} | {lv} | {w} | {'persistent' if pers else 'each epoch'} | — | — | — | — | — |")
     A("")
 
     # ---- scaling
@@ -766,7 +1044,13 @@ def main():
     ap.add_argument("--timeout", type=float, default=600, help="seconds per configuration")
     ap.add_argument("--memcpy-mb", type=int, default=256)
     ap.add_argument("--no-scaling", action="store_true")
-    ap.add_argument("--no-torch", action="store_true", help="loader side only (debugging)")
+    ap.add_argument("--no-torch", action="store_true", help="no PyTorch peer (debugging)")
+    ap.add_argument("--no-libtorch", action="store_true", help="no libtorch peer")
+    ap.add_argument("--libtorch", default=None,
+                    help="a peer_libtorch binary to use (default: build bench/peer_libtorch into "
+                         "build-bench/peer_libtorch when missing or out of date)")
+    ap.add_argument("--causes", default=os.path.join(HERE, "target_causes.json"),
+                    help="JSON object target id -> cause, shown beside missed targets, if the file exists")
     ap.add_argument("--out", default=None, help="report path (default docs/benchmarks.md; quick: bench/results/quick.md)")
     ap.add_argument("--from-raw", default=None,
                     help="write the report from a results file of an earlier run (no measuring)")
@@ -819,18 +1103,22 @@ def measure(args, only):
     def n_of(wl):
         return WORKLOADS[wl]["quickN" if args.quick else "N"]
 
+    args.libtorch_exe, libtorch_note = ensure_libtorch(args)
+
     # main matrix + persistent matrix, alternating sides config by config
     for wl in only:
         n = n_of(wl)
+        lib_vars = LIBTORCH_VARIANTS.get(wl, []) if args.libtorch_exe else []
+        tor_vars = [] if args.no_torch else TORCH_VARIANTS[wl]
         for w in args.workers_list:
             for rnd in range(args.rounds):
-                for lv, tv in zip(LOADER_VARIANTS[wl] + [None] * 2, TORCH_VARIANTS[wl] + [None] * 2):
-                    if lv is None and tv is None:
-                        break
-                    if lv:
-                        keep(dict(run_loader(args, wl, lv, w, n, args.epochs), round=rnd))
-                    if tv and not args.no_torch:
-                        keep(dict(run_torch(args, wl, tv, w, n, args.epochs), round=rnd))
+                for k in range(max(len(LOADER_VARIANTS[wl]), len(tor_vars), len(lib_vars))):
+                    if k < len(LOADER_VARIANTS[wl]):
+                        keep(dict(run_loader(args, wl, LOADER_VARIANTS[wl][k], w, n, args.epochs), round=rnd))
+                    if k < len(tor_vars):
+                        keep(dict(run_torch(args, wl, tor_vars[k], w, n, args.epochs), round=rnd))
+                    if k < len(lib_vars):
+                        keep(dict(run_libtorch(args, wl, lib_vars[k], w, n, args.epochs), round=rnd))
                 if w > 0:
                     lv, tv = PERSISTENT[wl]
                     keep(dict(run_loader(args, wl, lv, w, n, args.epochs + 1, persistent=True), round=rnd))
@@ -853,7 +1141,8 @@ def measure(args, only):
           "busy_start": busy_start, "busy_end": busy_end, "total_s": time.perf_counter() - t_all,
           "argv": sys.argv[1:], "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
           "quick": args.quick, "rounds": args.rounds, "epochs": args.epochs,
-          "workers_list": args.workers_list, "only": only})
+          "workers_list": args.workers_list, "only": only, "libtorch": libtorch_note,
+          "libtorch_ran": bool(args.libtorch_exe)})
     raw.close()
     return recs
 
@@ -870,7 +1159,11 @@ def report(args, recs, out_md, plot_files):
     args.quick, args.rounds, args.epochs = run["quick"], run["rounds"], run["epochs"]
     args.workers_list, args.argv, args.date = run["workers_list"], run["argv"], run["date"]
     only = run["only"]
-    res = Results([r for r in recs if r["side"] in ("loader", "torch")])
+    args.libtorch_note = run.get("libtorch")
+    for r in recs:  # results of an older script: per-batch figures from the totals
+        if r["side"] == "loader" and r.get("epochs") and "error" not in r and "main_cpu_us_per_batch" not in r:
+            r.update(loader_per_batch(r["epochs"], r.get("persistent", False)))
+    res = Results([r for r in recs if r["side"] in ("loader", "torch", "libtorch")])
     res.quick = args.quick
     res.pf_workload, res.pf_variant = PF_WORKLOAD, PF_VARIANT
     scaling = {}
@@ -891,8 +1184,8 @@ def report(args, recs, out_md, plot_files):
     targets = write_report(args, res, mc, run["machine"], run["busy_start"], run["busy_end"], run["total_s"],
                            scaling, pf_rows, out_md, plot_files if scaling or pf_rows else plot_files[:1])
     log(f"report: {out_md}; raw: {args.raw}; measured in {run['total_s'] / 60:.1f} min")
-    for name, ok in targets:
-        log(f"target {name}: {'met' if ok else 'MISSED'}")
+    for t in targets:
+        log(f"target {t['id']}: {t['result']} ({t['measured']})")
 
 
 if __name__ == "__main__":

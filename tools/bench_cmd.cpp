@@ -346,6 +346,10 @@ int run_bench(Args& args) {
     j["workers_cpu_s"] = used.descendants_s;
     j["sampler_cpu_s"] = sampler_cpu;
     j["main_ctx_switches"] = used.main_voluntary_switches;
+    // The same per delivered batch (the parent's cost of the batch path).
+    const double per_batch = batches > 0 ? 1.0 / static_cast<double>(batches) : 0.0;
+    j["main_cpu_us_per_batch"] = std::max(0.0, used.main_s - sampler_cpu) * 1e6 * per_batch;
+    j["ctx_switches_per_batch"] = static_cast<double>(used.main_voluntary_switches) * per_batch;
     j["label_sum"] = total;
     j["label_sum_expected"] = want_sum;
     j["ok"] = total == want_sum && samples == n && batches == want_batches;
