@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Draws the per-epoch log of demos/fashion_mnist_train (--log PATH.jsonl) as a PNG.
 
     scripts/plot_training.py fashion_mlp.jsonl                 # writes fashion_mlp.png
@@ -62,8 +62,8 @@ def main():
     a.plot(ep, [r["train_accuracy"] for r in rows], "o-", label="train (batches, during the epoch)")
     a.plot(ep, [r["test_accuracy"] for r in rows], "s-", label="test (10,000 images, after the epoch)")
     best = max(rows, key=lambda r: r["test_accuracy"])
-    a.annotate(f"{best['test_accuracy']:.4f}", (best["epoch"], best["test_accuracy"]),
-               textcoords="offset points", xytext=(0, -14), ha="center")
+    a.annotate(f"best test {best['test_accuracy']:.4f}", (best["epoch"], best["test_accuracy"]),
+               textcoords="offset points", xytext=(0, -16), ha="right" if best["epoch"] == ep[-1] else "center")
     a.set_title("accuracy")
     a.set_xlabel("epoch")
     a.legend(loc="lower right")
@@ -76,8 +76,9 @@ def main():
     a = ax[1][1]
     wait = [r["data_wait_s"] for r in rows]
     a.bar(ep, wait, color="tab:purple")
-    a.set_title("time waiting for data (s per epoch)")
+    a.set_title("time waiting for data (s per epoch, % of the epoch)")
     a.set_xlabel("epoch")
+    a.set_ylim(0, max(wait) * 1.15 if max(wait) > 0 else 1)
     if all("epoch_s" in r and r["epoch_s"] > 0 for r in rows):
         for e, w, r in zip(ep, wait, rows):
             a.annotate(f"{100 * w / r['epoch_s']:.0f}%", (e, w), textcoords="offset points", xytext=(0, 2),
