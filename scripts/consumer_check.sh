@@ -10,8 +10,11 @@
 #      GTest or Eigen, builds no tests/demos/bench, leaves the parent's build type alone.
 #
 #   scripts/consumer_check.sh [BUILD_DIR]    # default: build (already built)
+#   CONSUMER_CHECK_BUILD_PARENT=1 scripts/consumer_check.sh   # 4. also builds the parent
+#                                            # (compiles loader again: minutes) and runs it
 #
-# Works in BUILD_DIR/consumer-check/ (kept, so a second run rebuilds little).
+# Works in BUILD_DIR/consumer-check/ (kept, so a second run rebuilds little; the install
+# prefix in it is emptied first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
