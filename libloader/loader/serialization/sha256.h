@@ -1,7 +1,7 @@
 // SHA-256 (FIPS 180-4), for checking downloaded checkpoints against the hash prefix
-// in their file name, as torch.hub does.  With OpenSSL's libcrypto (found at build
-// time; 1.7 GB/s with the CPU's SHA instructions) or, without it, a built-in
-// implementation (about 280 MB/s).
+// in their file name, as torch.hub does.  With OpenSSL's libcrypto when the build
+// found it (LOADER_WITH_OPENSSL; it uses the CPU's SHA instructions: about 6 times the
+// built-in code's speed, bench/sha256_bench measures both), else with built-in code.
 //
 //   loader::pt::Sha256 h;
 //   h.update(data, n);
