@@ -9,7 +9,8 @@
 #   4. a parent project that add_subdirectory()s this source tree: configures without
 #      GTest or Eigen, builds no tests/demos/bench, leaves the parent's build type alone.
 #
-#   scripts/consumer_check.sh [BUILD_DIR]    # default: build (already built)
+#   scripts/consumer_check.sh [BUILD_DIR]    # default: build (configured and built first
+#                                            # when needed: only what gets installed)
 #   CONSUMER_CHECK_BUILD_PARENT=1 scripts/consumer_check.sh   # 4. also builds the parent
 #                                            # (compiles loader again: minutes) and runs it
 #
@@ -18,7 +19,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
-build=$(cd "${1:-build}" && pwd)
+build=${1:-build}
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  echo "consumer-check: configuring $build"
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+build=$(cd "$build" && pwd)
 work="$build/consumer-check"
 prefix="$work/prefix"
 step() { echo "consumer-check: $*"; }
@@ -32,8 +38,11 @@ cmake_args=(-DCMAKE_CXX_COMPILER="$cxx")
 jobs=$(nproc)
 
 # ---------------------------------------------------------------- 1. install
-rm -rf "$prefix"
+# What gets installed is up to date already under ctest (a no-op then).
 mkdir -p "$work"
+cmake --build "$build" -j"$jobs" --target loader_tool loader_datasets >"$work/build.log" 2>&1 ||
+  { tail -50 "$work/build.log"; die "building $build"; }
+rm -rf "$prefix"
 step "cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 inc="$prefix/include/loader"
