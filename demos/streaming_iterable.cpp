@@ -1,15 +1,14 @@
 // An iterable (streaming) dataset split across worker processes.
 //
 // The stream reads Fashion-MNIST records one at a time straight out of the
-// gzip-compressed IDX files (it never holds the data set in memory).  Each worker
+// gzip-compressed IDX files with loader::IdxReader (loader/idx.h): it never holds the
+// data set in memory.  Each worker
 // process gets its own copy of the dataset and, through get_worker_info(), streams
 // only its share: a contiguous range of records, as in the IterableDataset
 // docstring's first example.  Without that split every worker would stream every
 // record and each would arrive num_workers times.
 //
 //   build/demos/streaming_iterable [--workers 2] [--batch-size 500] [--split test|train]
-#include <zlib.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -19,47 +18,16 @@
 #include "loader/dataloader.h"
 #include "loader/error.h"
 #include "loader/fashion_mnist.h"
+#include "loader/idx.h"
 #include "loader/worker_main.h"
 #include "loader/worker_info.h"
 
 namespace {
 
-// Reads an IDX file of unsigned bytes record by record (gzread decompresses as it goes).
-class IdxStream {
- public:
-  IdxStream(const std::string& path, int ndim) : path_(path), f_(gzopen(path.c_str(), "rb")) {
-    if (!f_) throw loader::ValueError("cannot open " + path + " (apt-get install dataset-fashion-mnist)");
-    unsigned char head[16];
-    const int header = 4 + 4 * ndim;
-    if (gzread(f_, head, static_cast<unsigned>(header)) != header || head[3] != ndim)
-      throw loader::ValueError(path + ": not an IDX file with " + std::to_string(ndim) + " dimensions");
-    count_ = (int64_t{head[4]} << 24) | (head[5] << 16) | (head[6] << 8) | head[7];
-    record_ = 1;
-    for (int d = 1; d < ndim; ++d)
-      record_ *= (head[4 + 4 * d + 2] << 8) | head[4 + 4 * d + 3];
-    header_ = header;
-  }
-  ~IdxStream() { gzclose(f_); }
-  IdxStream(const IdxStream&) = delete;
-  IdxStream& operator=(const IdxStream&) = delete;
-
-  int64_t count() const { return count_; }
-  void seek(int64_t record) { gzseek(f_, header_ + record * record_, SEEK_SET); }
-  void read(unsigned char* dst) {
-    if (gzread(f_, dst, static_cast<unsigned>(record_)) != record_)
-      throw loader::ValueError(path_ + ": the stream ended early");
-  }
-
- private:
-  std::string path_;
-  gzFile f_;
-  int64_t count_ = 0, record_ = 1, header_ = 0;
-};
-
 class FashionStream final : public loader::IterableDataset {
  public:
   FashionStream(std::string root, std::string prefix) : root_(std::move(root)), prefix_(std::move(prefix)) {
-    count_ = IdxStream(labels_path(), 1).count();
+    count_ = loader::IdxReader(labels_path(), 1).count();
   }
 
   std::optional<int64_t> size() const override { return count_; }
@@ -73,15 +41,15 @@ class FashionStream final : public loader::IterableDataset {
       end = std::min(count_, start + per_worker);
       worker = info->id;
     }
-    auto images = std::make_shared<IdxStream>(root_ + "/" + prefix_ + "-images-idx3-ubyte.gz", 3);
-    auto labels = std::make_shared<IdxStream>(labels_path(), 1);
+    auto images = std::make_shared<loader::IdxReader>(root_ + "/" + prefix_ + "-images-idx3-ubyte.gz", 3);
+    auto labels = std::make_shared<loader::IdxReader>(labels_path(), 1);
     images->seek(start);
     labels->seek(start);
     return loader::make_cursor<loader::Value>([=, i = start]() mutable -> std::optional<loader::Value> {
       if (i >= end) return std::nullopt;
       unsigned char pixels[784], label;
-      images->read(pixels);
-      labels->read(&label);
+      images->read(pixels, 1);
+      labels->read(&label, 1);
       loader::Tensor image = loader::Tensor::empty({1, 28, 28}, loader::DType::Float32);
       float* dst = image.data<float>();
       for (int k = 0; k < 784; ++k) dst[k] = static_cast<float>(pixels[k]) / 255.0f;

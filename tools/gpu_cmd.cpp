@@ -21,6 +21,7 @@
 #include "command.h"
 #include "loader/cuda_copy.h"
 #include "loader/dataloader.h"
+#include "loader/detail/cuda.h"
 #include "loader/error.h"
 #include "loader/pinned.h"
 #include "loader/runtime/shm.h"
@@ -39,7 +40,7 @@ void emit(const Json& j) { std::cout << j.dump() << std::endl; }
 
 Json bandwidth_row(const std::string& source, const void* host, size_t bytes, int repeats, CudaStream& stream,
                    const std::string& note = "") {
-  CopyTiming t = time_host_to_device(host, bytes, repeats, stream);
+  detail::CopyTiming t = detail::time_host_to_device(host, bytes, repeats, stream);
   Json j;
   j["check"] = "h2d_bandwidth";
   j["source"] = source;

@@ -8,10 +8,13 @@
 //   loader::DataLoader dl(ds, opts);
 //   for (int epoch = 0; epoch < 3; ++epoch)
 //     for (loader::Value& batch : dl) {
-//       const loader::Tensor& images = batch[0].to_tensor();   // zero-copy view
-//       ...
+//       const loader::Tensor& images = batch[0].to_tensor();   // float32 [128, 1, 28, 28], zero-copy view
+//       const loader::Tensor& labels = batch[1].to_tensor();   // int64 [128]
+//       (void)images, (void)labels;                            // train on them here
 //     }
 //
+// The example compiles as it stands in main() (tests/consumer builds it from the
+// installed header): "fashion_mnist" is built in when the program links loader::loader.
 // With num_workers > 0 the dataset must have been made from a handle
 // (make_dataset), so worker processes can rebuild it; the program's main() must
 // call loader::runtime::run_worker_if_requested first (see worker_main.h).

@@ -358,9 +358,8 @@ CollateFn find_collate_fn(const std::string& name) {
   if (it != r.fns.end()) return it->second;
   std::string known;
   for (const auto& kv : r.fns) known += (known.empty() ? "" : ", ") + kv.first;
-  throw ValueError("unknown collate function '" + name +
-                   "': register it with LOADER_REGISTER_COLLATE_FN (or register_collate_fn) in "
-                   "the program before creating the DataLoader; registered: " + known);
+  throw ValueError("unknown collate function '" + name + "'; registered: " + (known.empty() ? "none" : known) +
+                   ". " + detail::registration_hint("LOADER_REGISTER_COLLATE_FN", "loader::register_collate_fn"));
 }
 
 }  // namespace loader

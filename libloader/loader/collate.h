@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "loader/registration.h"
 #include "loader/value.h"
 
 namespace loader {
@@ -46,8 +47,10 @@ struct CollateRegistrar {
 };
 }  // namespace detail
 
-#define LOADER_REGISTER_COLLATE_FN(name, ...)                                                  \
-  static ::loader::detail::CollateRegistrar LOADER_CONCAT(loader_collate_registrar_, __LINE__)( \
+/// Registers a collate function at static-initialisation time (see registration.h for
+/// registrations in static libraries).
+#define LOADER_REGISTER_COLLATE_FN(name, ...)                                                \
+  static ::loader::detail::CollateRegistrar LOADER_UNIQUE_NAME(loader_collate_registrar_)( \
       name, ::loader::CollateFn(__VA_ARGS__))
 
 }  // namespace loader

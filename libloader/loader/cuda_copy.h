@@ -21,6 +21,8 @@
 // Without a CUDA device (or in a build without CUDA) CudaStream's constructor
 // throws CudaUnavailable whose message starts with "no CUDA device: " and gives the
 // CUDA runtime's reason; nothing else in this header touches CUDA before that.
+// The implementation is the library's CUDA unit (cuda.cpp with CUDA, cuda_none.cpp
+// without): the same API either way, and no CUDA header reaches the program.
 #pragma once
 
 #include <cstddef>
@@ -119,14 +121,5 @@ class DeviceBatch {
 /// once.  Non-contiguous tensors are made contiguous on the host first.  Throws
 /// RuntimeError naming the CUDA call that failed (e.g. out of device memory).
 DeviceBatch to_device_async(const Value& batch, CudaStream& stream);
-
-/// Host-to-device bandwidth from `host` (`bytes` bytes) into one device buffer,
-/// `repeats` back-to-back copies on `stream`, timed with CUDA events.
-struct CopyTiming {
-  double seconds = 0;       ///< all repeats, between CUDA events on the stream
-  double gb_per_s = 0;      ///< bytes * repeats / seconds / 1e9
-  double wall_seconds = 0;  ///< the same on the host's clock (from pageable memory the host stages the bytes)
-};
-CopyTiming time_host_to_device(const void* host, size_t bytes, int repeats, CudaStream& stream);
 
 }  // namespace loader

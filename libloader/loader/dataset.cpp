@@ -4,7 +4,15 @@
 #include <map>
 #include <mutex>
 
+#include "loader/datasets.h"
 #include "loader/error.h"
+#include "loader/serialization/pt_dataset.h"
+
+// The datasets library (loader_datasets: Fashion-MNIST) defines this to register its
+// types.  The reference is weak, so the core does not depend on that library: when it
+// is linked (loader::loader names the symbol with --undefined, so the linker keeps it)
+// the registry calls it on first use; otherwise the pointer is null.
+extern "C" void loader_datasets_register_builtins() __attribute__((weak));
 
 namespace loader {
 
@@ -32,6 +40,26 @@ Registry& registry() {
   return r;
 }
 
+// Built-in types are added on first use of the registry (a lookup, a listing), not by
+// static initialisers, which a static link drops.  They never replace a factory the
+// program registered under the same name, whenever it did.  Calls made while the
+// built-ins are being added (register_builtin_datasets asks is_registered_dataset)
+// return at once instead of re-entering.
+void ensure_builtins() {
+  static std::once_flag once;
+  thread_local bool adding = false;
+  if (adding) return;
+  std::call_once(once, [] {
+    struct Flag {
+      Flag() { adding = true; }
+      ~Flag() { adding = false; }
+    } flag;
+    register_builtin_datasets();
+    if (!is_registered_dataset("pt_tensor_dataset")) pt::register_pt_datasets();
+    if (loader_datasets_register_builtins) loader_datasets_register_builtins();
+  });
+}
+
 std::string known_types() {
   auto names = registered_dataset_types();
   if (names.empty()) return "none";
@@ -42,6 +70,7 @@ std::string known_types() {
 
 template <class Factory>
 Factory find_factory(std::map<std::string, Factory>& m, const std::string& type) {
+  ensure_builtins();
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = m.find(type);
@@ -51,9 +80,12 @@ Factory find_factory(std::map<std::string, Factory>& m, const std::string& type)
 template <class Result, class Factory>
 std::shared_ptr<Result> build(const Factory& f, const DatasetHandle& h, const char* kind) {
   if (!f) {
-    throw ValueError(std::string("unknown ") + kind + " dataset type '" + h.type +
-                     "': register it with LOADER_REGISTER_DATASET (or register_dataset) in the "
-                     "program before creating the DataLoader; registered types: " + known_types());
+    const bool iterable = std::string(kind) == "iterable";
+    throw ValueError(std::string("unknown ") + kind + " dataset type '" + h.type + "'; registered types: " +
+                     known_types() + ". " +
+                     detail::registration_hint(
+                         iterable ? "LOADER_REGISTER_ITERABLE_DATASET" : "LOADER_REGISTER_DATASET",
+                         iterable ? "loader::register_iterable_dataset" : "loader::register_dataset"));
   }
   std::shared_ptr<Result> ds;
   try {
@@ -105,6 +137,7 @@ std::shared_ptr<IterableDataset> make_iterable_dataset(const DatasetHandle& hand
 }
 
 std::vector<std::string> registered_dataset_types() {
+  ensure_builtins();
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   std::vector<std::string> names;

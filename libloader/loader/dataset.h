@@ -17,6 +17,12 @@
 //     return std::make_shared<Squares>(p.at("n").to_int()); });
 //
 //   auto ds = loader::make_dataset({"squares", loader::Value::dict({{"n", 100}})});
+//
+// Built-in types need no registration: the registry adds them on its first use
+// ("range", "range_iterable", "counting", "subset", "concat", "chain",
+// "pt_tensor_dataset", and "fashion_mnist" when the program links loader_datasets, as
+// loader::loader does).  A registration macro in a static library of yours is kept
+// only if that library is linked whole: see registration.h.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "loader/registration.h"
 #include "loader/sampler.h"
 #include "loader/value.h"
 
@@ -107,15 +114,14 @@ struct DatasetRegistrar {
 };
 }  // namespace detail
 
-#define LOADER_CONCAT_INNER(a, b) a##b
-#define LOADER_CONCAT(a, b) LOADER_CONCAT_INNER(a, b)
-/// Registers a map-style dataset factory at static-initialisation time.
-#define LOADER_REGISTER_DATASET(type, ...)                                                   \
-  static ::loader::detail::DatasetRegistrar LOADER_CONCAT(loader_dataset_registrar_, __LINE__)( \
+/// Registers a map-style dataset factory at static-initialisation time.  In a static
+/// library the registration survives only if the library is linked whole (registration.h).
+#define LOADER_REGISTER_DATASET(type, ...)                                                \
+  static ::loader::detail::DatasetRegistrar LOADER_UNIQUE_NAME(loader_dataset_registrar_)( \
       type, ::loader::MapDatasetFactory(__VA_ARGS__))
 /// Registers an iterable dataset factory at static-initialisation time.
-#define LOADER_REGISTER_ITERABLE_DATASET(type, ...)                                          \
-  static ::loader::detail::DatasetRegistrar LOADER_CONCAT(loader_dataset_registrar_, __LINE__)( \
+#define LOADER_REGISTER_ITERABLE_DATASET(type, ...)                                       \
+  static ::loader::detail::DatasetRegistrar LOADER_UNIQUE_NAME(loader_dataset_registrar_)( \
       type, ::loader::IterableDatasetFactory(__VA_ARGS__))
 
 }  // namespace loader

@@ -404,13 +404,6 @@ void register_missing() {
   iterable("chain", make_chain);
 }
 
-// Static registration for programs that link this object file anyway (any use of
-// TensorDataset, Subset, ... does); register_builtin_datasets() covers the rest.
-struct StaticRegistration {
-  StaticRegistration() { register_missing(); }
-};
-const StaticRegistration static_registration;
-
 }  // namespace
 
 void register_builtin_datasets() { register_missing(); }

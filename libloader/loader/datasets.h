@@ -183,9 +183,8 @@ class CountingDataset : public IterableDataset {
 
 /// Registers every built-in dataset type that is not registered yet ("range",
 /// "range_iterable", "counting", "subset", "concat", "chain").  Safe to call any number of
-/// times; never replaces a factory the program registered under the same name.  Call it
-/// before make_dataset when the static registrars of this file may have been dropped by
-/// the linker (nothing else in the program references datasets.cpp).
+/// times; never replaces a factory the program registered under the same name.  The
+/// registry calls it on its first use (dataset.h), so programs need not.
 void register_builtin_datasets();
 
 }  // namespace loader

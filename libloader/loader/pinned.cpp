@@ -10,9 +10,7 @@
 #include <utility>
 #include <vector>
 
-#ifdef LOADER_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "loader/detail/cuda.h"
 
 namespace loader {
 
@@ -35,16 +33,6 @@ int backend_rank(PinBackend b) {
   return 0;
 }
 
-#ifdef LOADER_HAVE_CUDA
-std::string cuda_version_text(int v) {
-  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-}
-
-std::string cuda_error_text(const char* call, cudaError_t e) {
-  return std::string(call) + ": " + std::to_string(static_cast<int>(e)) + " " + cudaGetErrorName(e) + " (" +
-         cudaGetErrorString(e) + ")";
-}
-#endif
 }  // namespace
 
 void merge_pin_result(PinResult& into, const PinResult& r) {
@@ -55,46 +43,11 @@ void merge_pin_result(PinResult& into, const PinResult& r) {
   into.pinned = into.pinned && r.pinned;
 }
 
-bool built_with_cuda() {
-#ifdef LOADER_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
-
 bool cuda_pinning_available(std::string* reason) {
   static std::once_flag once;
   static bool ok = false;
   static std::string why;
-  std::call_once(once, [] {
-#ifdef LOADER_HAVE_CUDA
-    // Neither call creates a context.  Without a driver cudaDriverGetVersion
-    // succeeds with 0 and cudaGetDeviceCount names the problem (35,
-    // cudaErrorInsufficientDriver); with a driver too old for this runtime the
-    // same 35 comes back, and the versions below tell by how much.
-    int driver = 0, runtime = 0;
-    (void)cudaDriverGetVersion(&driver);
-    (void)cudaRuntimeGetVersion(&runtime);
-    std::string versions = driver == 0 ? "no CUDA driver is loaded (cudaDriverGetVersion reports 0)"
-                                       : "driver supports CUDA " + cuda_version_text(driver);
-    versions += ", runtime CUDA " + cuda_version_text(runtime);
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-      why = cuda_error_text("cudaGetDeviceCount", e) + "; " + versions;
-      (void)cudaGetLastError();
-      return;
-    }
-    if (count == 0) {
-      why = "cudaGetDeviceCount found 0 CUDA devices; " + versions;
-      return;
-    }
-    ok = true;
-#else
-    why = "built without CUDA (the CUDA toolkit was not found at configure time, or LOADER_WITH_CUDA=OFF)";
-#endif
-  });
+  std::call_once(once, [] { ok = detail::cuda_probe(&why); });
   if (reason) *reason = why;
   return ok;
 }
@@ -103,16 +56,12 @@ PinResult pin_region(void* data, size_t bytes) {
   PinResult r;
   std::string why;
   if (cuda_pinning_available(&why)) {
-#ifdef LOADER_HAVE_CUDA
-    cudaError_t e = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
-    if (e == cudaSuccess) {
+    why = detail::cuda_host_register(data, bytes);
+    if (why.empty()) {
       r.backend = PinBackend::Cuda;
       r.pinned = true;
       return r;
     }
-    why = cuda_error_text("cudaHostRegister", e);
-    (void)cudaGetLastError();
-#endif
   }
   // The system call itself: sanitizers intercept mlock() and make it a no-op that
   // reports success, which would make this report memory as locked that is not.
@@ -129,11 +78,7 @@ PinResult pin_region(void* data, size_t bytes) {
 
 void unpin_region(void* data, size_t bytes, PinBackend backend) {
   switch (backend) {
-    case PinBackend::Cuda:
-#ifdef LOADER_HAVE_CUDA
-      if (cudaHostUnregister(data) != cudaSuccess) (void)cudaGetLastError();
-#endif
-      break;
+    case PinBackend::Cuda: detail::cuda_host_unregister(data); break;
     case PinBackend::Mlock: (void)syscall(SYS_munlock, data, bytes); break;
     case PinBackend::None: break;
   }
@@ -143,21 +88,13 @@ void unpin_region(void* data, size_t bytes, PinBackend backend) {
 std::shared_ptr<Storage> allocate_pinned(size_t nbytes, PinResult* how) {
   std::string why;
   if (cuda_pinning_available(&why)) {
-#ifdef LOADER_HAVE_CUDA
-    void* p = nullptr;
-    cudaError_t e = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable);
-    if (e == cudaSuccess) {
-      std::shared_ptr<void> owner(p, [](void* q) {
-        if (cudaFreeHost(q) != cudaSuccess) (void)cudaGetLastError();
-      });
+    if (void* p = detail::cuda_host_alloc(nbytes ? nbytes : 1, &why)) {
+      std::shared_ptr<void> owner(p, [](void* q) { detail::cuda_host_free(q); });
       if (how) *how = PinResult{PinBackend::Cuda, true, ""};
       return Storage::wrap(p, nbytes, std::move(owner), MemoryKind::Heap, Placement{}, true);
     }
-    (void)cudaGetLastError();
-    why = cuda_error_text("cudaHostAlloc", e) + " for " + std::to_string(nbytes) + " bytes";
-#endif
+    why += " for " + std::to_string(nbytes) + " bytes";
   }
-  (void)nbytes;
   if (how) *how = PinResult{PinBackend::None, false, why + "; the tensor stays in ordinary memory"};
   return nullptr;
 }

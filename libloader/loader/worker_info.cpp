@@ -50,9 +50,9 @@ WorkerInitFn find_worker_init_fn(const std::string& name) {
   if (it != r.fns.end()) return it->second;
   std::string known;
   for (const auto& kv : r.fns) known += (known.empty() ? "" : ", ") + kv.first;
-  throw ValueError("unknown worker_init_fn '" + name +
-                   "': register it with LOADER_REGISTER_WORKER_INIT_FN; registered: " +
-                   (known.empty() ? "none" : known));
+  throw ValueError("unknown worker_init_fn '" + name + "'; registered: " + (known.empty() ? "none" : known) +
+                   ". " +
+                   detail::registration_hint("LOADER_REGISTER_WORKER_INIT_FN", "loader::register_worker_init_fn"));
 }
 
 }  // namespace loader

@@ -13,6 +13,8 @@
 #include <memory>
 #include <string>
 
+#include "loader/registration.h"
+
 namespace loader {
 
 class Dataset;
@@ -54,8 +56,10 @@ struct WorkerInitRegistrar {
 };
 }  // namespace detail
 
-#define LOADER_REGISTER_WORKER_INIT_FN(name, ...)                                                 \
-  static ::loader::detail::WorkerInitRegistrar LOADER_CONCAT(loader_winit_registrar_, __LINE__)( \
+/// Registers a worker_init_fn at static-initialisation time (see registration.h for
+/// registrations in static libraries).
+#define LOADER_REGISTER_WORKER_INIT_FN(name, ...)                                               \
+  static ::loader::detail::WorkerInitRegistrar LOADER_UNIQUE_NAME(loader_winit_registrar_)( \
       name, ::loader::WorkerInitFn(__VA_ARGS__))
 
 }  // namespace loader

@@ -113,11 +113,38 @@ TEST_F(FashionMnistTrainer, WorkerCountDoesNotChangeTheResult) {
   // The shuffle has its own generator and batches are identical with or without
   // worker processes, so one epoch trains the same weights either way.
   ProcessResult a = train("--epochs 1 --workers 0 --seed 3");
-  ProcessResult b = train("--epochs 1 --workers 2 --seed 3");
+  const std::string log = dir_ + "/train.jsonl";
+  ProcessResult b = train("--epochs 1 --workers 2 --seed 3 --log " + log);
   ASSERT_EQ(a.status, 0) << a.output;
   ASSERT_EQ(b.status, 0) << b.output;
   EXPECT_EQ(a.json()["train_loss"], b.json()["train_loss"]) << a.last_line() << "\n" << b.last_line();
   EXPECT_EQ(a.json()["test_accuracy"], b.json()["test_accuracy"]);
+
+  // --log: one JSON line per epoch, which scripts/plot_training.py draws.
+  std::ifstream in(log);
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    EXPECT_EQ(j["epoch"].get<int>(), lines);
+    for (const char* key : {"loss", "train_accuracy", "test_accuracy", "samples_per_s", "data_wait_s", "epoch_s"})
+      EXPECT_TRUE(j.contains(key)) << key << " missing from " << line;
+    EXPECT_EQ(j["test_accuracy"], b.json()["test_accuracy"]);
+    EXPECT_GT(j["train_accuracy"].get<double>(), 0.5) << line;
+  }
+  EXPECT_EQ(lines, 1);
+  if (run(kPython + " -c 'import matplotlib'").status == 0) {
+    const std::string png = dir_ + "/train.png";
+    ProcessResult p = run(kPython + " " + std::string(LOADER_SOURCE_DIR) + "/scripts/plot_training.py " + log +
+                          " --out " + png);
+    ASSERT_EQ(p.status, 0) << p.output;
+    std::ifstream f(png, std::ios::binary);
+    char sig[8] = {};
+    f.read(sig, 8);
+    EXPECT_EQ(std::string(sig + 1, 3), "PNG") << p.output;
+  }
 }
 
 TEST_F(FashionMnistTrainer, InitialWeightsAreThoseOfPyTorchForTheSameSeed) {

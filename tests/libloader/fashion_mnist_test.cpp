@@ -19,6 +19,7 @@
 #include "loader/dataloader.h"
 #include "loader/error.h"
 #include "loader/fetch.h"
+#include "loader/idx.h"
 #include "loader/samplers.h"
 #include "test_util.h"
 
@@ -359,6 +360,48 @@ TEST_F(FashionMNISTFiles, WrongImageSizeIsReported) {
   write_gz("t10k-images-idx3-ubyte.gz", images(2, 32, 32));
   write_gz("t10k-labels-idx1-ubyte.gz", labels(2));
   EXPECT_CONTAINS(load_error(), "32x32");
+}
+
+TEST_F(FashionMNISTFiles, IdxReaderStreamsRecordsAndSeeksBothWays) {
+  write_gz("t10k-images-idx3-ubyte.gz", images(5));
+  const std::string path = dir_ + "/t10k-images-idx3-ubyte.gz";
+  const loader::IdxArray all = loader::read_idx_ubyte(path, 3);
+  loader::IdxReader r(path, 3);
+  EXPECT_EQ(r.dims(), (std::vector<int64_t>{5, 28, 28}));
+  EXPECT_EQ(r.count(), 5);
+  EXPECT_EQ(r.record_bytes(), 784u);
+  auto record = [&](int64_t i) {
+    return std::vector<uint8_t>(all.data.begin() + i * 784, all.data.begin() + (i + 1) * 784);
+  };
+  std::vector<uint8_t> buf(784 * 2);
+  r.seek(3);
+  r.read(buf.data(), 2);  // records 3 and 4
+  EXPECT_EQ(std::vector<uint8_t>(buf.begin(), buf.begin() + 784), record(3));
+  EXPECT_EQ(std::vector<uint8_t>(buf.begin() + 784, buf.end()), record(4));
+  EXPECT_EQ(r.position(), 5);
+  r.check_at_end();
+  r.seek(1);  // backwards
+  r.read(buf.data(), 1);
+  EXPECT_EQ(std::vector<uint8_t>(buf.begin(), buf.begin() + 784), record(1));
+  EXPECT_THROW(r.read(buf.data(), 4), loader::ValueError);  // only 3 left
+  EXPECT_THROW(r.seek(6), loader::IndexError);
+  EXPECT_THROW(loader::IdxReader(path, 1), loader::ValueError);  // 3 dimensions, not 1
+}
+
+TEST_F(FashionMNISTFiles, IdxReaderReportsATruncatedRecord) {
+  std::string img = images(3);
+  write_gz("t10k-images-idx3-ubyte.gz", img.substr(0, img.size() - 100));
+  loader::IdxReader r(dir_ + "/t10k-images-idx3-ubyte.gz", 3);
+  std::vector<uint8_t> buf(784);
+  r.read(buf.data(), 1);
+  r.read(buf.data(), 1);
+  try {
+    r.read(buf.data(), 1);
+    FAIL() << "no error";
+  } catch (const loader::ValueError& e) {
+    EXPECT_CONTAINS(e.what(), "truncated");
+    EXPECT_CONTAINS(e.what(), std::to_string(3 * 784 - 100));
+  }
 }
 
 TEST_F(FashionMNISTFiles, LabelOutsideTheTenClassesIsReported) {

@@ -8,6 +8,10 @@
 
 #include "loader/error.h"
 
+#ifdef LOADER_HAVE_OPENSSL
+#include <openssl/evp.h>
+#endif
+
 namespace loader::pt {
 
 namespace {
@@ -24,11 +28,31 @@ constexpr uint32_t kK[64] = {
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 }  // namespace
 
-Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19},
-      buf_{} {}
+struct Sha256::State {
+  virtual ~State() = default;
+  virtual void update(const uint8_t* p, size_t n) = 0;
+  virtual std::array<uint8_t, 32> finish() = 0;
+  virtual const char* name() const = 0;
+};
 
-void Sha256::block(const uint8_t* p) {
+namespace {
+
+// FIPS 180-4, one 64-byte block at a time.
+class BuiltinSha256 final : public Sha256::State {
+ public:
+  void update(const uint8_t* p, size_t n) override;
+  std::array<uint8_t, 32> finish() override;
+  const char* name() const override { return "builtin"; }
+
+ private:
+  void block(const uint8_t* p);
+  uint32_t h_[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  uint8_t buf_[64] = {};
+  size_t buf_len_ = 0;
+  uint64_t total_ = 0;
+};
+
+void BuiltinSha256::block(const uint8_t* p) {
   uint32_t w[64];
   for (int i = 0; i < 16; ++i)
     w[i] = (static_cast<uint32_t>(p[4 * i]) << 24) | (static_cast<uint32_t>(p[4 * i + 1]) << 16) |
@@ -59,9 +83,7 @@ void Sha256::block(const uint8_t* p) {
   h_[4] += e; h_[5] += f; h_[6] += g; h_[7] += h;
 }
 
-void Sha256::update(const void* data, size_t n) {
-  if (done_) throw RuntimeError("Sha256::update after digest()");
-  const auto* p = static_cast<const uint8_t*>(data);
+void BuiltinSha256::update(const uint8_t* p, size_t n) {
   total_ += n;
   if (buf_len_) {
     size_t take = std::min(n, sizeof buf_ - buf_len_);
@@ -78,22 +100,89 @@ void Sha256::update(const void* data, size_t n) {
   buf_len_ = n;
 }
 
-std::array<uint8_t, 32> Sha256::digest() {
-  if (!done_) {
-    const uint64_t bits = total_ * 8;
-    const uint8_t pad = 0x80;
-    update(&pad, 1);
-    const uint8_t zero = 0;
-    while (buf_len_ != 56) update(&zero, 1);
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
-    update(len, 8);
-    done_ = true;
-  }
+std::array<uint8_t, 32> BuiltinSha256::finish() {
+  const uint64_t bits = total_ * 8;
+  const uint8_t pad = 0x80;
+  update(&pad, 1);
+  const uint8_t zero = 0;
+  while (buf_len_ != 56) update(&zero, 1);
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
+  update(len, 8);
   std::array<uint8_t, 32> out{};
   for (int i = 0; i < 8; ++i)
     for (int k = 0; k < 4; ++k) out[4 * i + k] = static_cast<uint8_t>(h_[i] >> (24 - 8 * k));
   return out;
+}
+
+#ifdef LOADER_HAVE_OPENSSL
+// libcrypto's EVP interface (SHA256_Init and friends are deprecated in OpenSSL 3).
+class OpenSslSha256 final : public Sha256::State {
+ public:
+  OpenSslSha256() : ctx_(EVP_MD_CTX_new()) {
+    if (!ctx_ || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1) {
+      EVP_MD_CTX_free(ctx_);
+      throw RuntimeError("sha256: OpenSSL's EVP_DigestInit_ex failed");
+    }
+  }
+  ~OpenSslSha256() override { EVP_MD_CTX_free(ctx_); }
+  OpenSslSha256(const OpenSslSha256&) = delete;
+  OpenSslSha256& operator=(const OpenSslSha256&) = delete;
+  void update(const uint8_t* p, size_t n) override {
+    if (EVP_DigestUpdate(ctx_, p, n) != 1) throw RuntimeError("sha256: OpenSSL's EVP_DigestUpdate failed");
+  }
+  std::array<uint8_t, 32> finish() override {
+    std::array<uint8_t, 32> out{};
+    unsigned len = 0;
+    if (EVP_DigestFinal_ex(ctx_, out.data(), &len) != 1 || len != out.size())
+      throw RuntimeError("sha256: OpenSSL's EVP_DigestFinal_ex failed");
+    return out;
+  }
+  const char* name() const override { return "openssl"; }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+#endif
+
+}  // namespace
+
+Sha256::Sha256(Sha256Impl impl) {
+#ifdef LOADER_HAVE_OPENSSL
+  if (impl == Sha256Impl::Best) {
+    state_ = std::make_unique<OpenSslSha256>();
+    return;
+  }
+#endif
+  (void)impl;
+  state_ = std::make_unique<BuiltinSha256>();
+}
+
+Sha256::~Sha256() = default;
+Sha256::Sha256(Sha256&&) noexcept = default;
+Sha256& Sha256::operator=(Sha256&&) noexcept = default;
+
+bool Sha256::have_openssl() {
+#ifdef LOADER_HAVE_OPENSSL
+  return true;
+#else
+  return false;
+#endif
+}
+
+const char* Sha256::implementation() const { return state_->name(); }
+
+void Sha256::update(const void* data, size_t n) {
+  if (done_) throw RuntimeError("Sha256::update after digest()");
+  if (n) state_->update(static_cast<const uint8_t*>(data), n);
+}
+
+std::array<uint8_t, 32> Sha256::digest() {
+  if (!done_) {
+    digest_ = state_->finish();
+    done_ = true;
+  }
+  return digest_;
 }
 
 std::string Sha256::hex_digest() {

@@ -1,16 +1,19 @@
-#include "loader/cuda_copy.h"
+// The CUDA unit, compiled when the build has CUDA (LOADER_WITH_CUDA and a toolkit):
+// the only file that calls the CUDA runtime.  cuda_none.cpp takes its place otherwise.
+// Public API: cuda_copy.h and built_with_cuda() (pinned.h); internal: detail/cuda.h.
+#include <cuda_runtime_api.h>
 
 #include <chrono>
 #include <cstdint>
 #include <utility>
 
+#include "loader/cuda_copy.h"
+#include "loader/detail/cuda.h"
 #include "loader/pinned.h"
 
-#ifdef LOADER_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 namespace loader {
+
+bool built_with_cuda() { return true; }
 
 bool cuda_device_available(std::string* reason) { return cuda_pinning_available(reason); }
 
@@ -21,24 +24,85 @@ namespace {
   throw CudaUnavailable("no CUDA device: " + why);
 }
 
-#ifdef LOADER_HAVE_CUDA
 void check(cudaError_t e, const char* call, const std::string& what) {
   if (e == cudaSuccess) return;
   (void)cudaGetLastError();
   throw RuntimeError(std::string(call) + " failed " + what + ": " + std::to_string(static_cast<int>(e)) + " " +
                      cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
-#endif
 
 constexpr size_t kDeviceAlign = 256;
 size_t align_up(size_t n) { return (n + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign; }
+
+std::string cuda_version_text(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+std::string cuda_error_text(const char* call, cudaError_t e) {
+  return std::string(call) + ": " + std::to_string(static_cast<int>(e)) + " " + cudaGetErrorName(e) + " (" +
+         cudaGetErrorString(e) + ")";
+}
 }  // namespace
+
+// ------------------------------------------------------------------ page-locking (pinned.cpp)
+namespace detail {
+
+bool cuda_probe(std::string* why) {
+  // Neither call creates a context.  Without a driver cudaDriverGetVersion
+  // succeeds with 0 and cudaGetDeviceCount names the problem (35,
+  // cudaErrorInsufficientDriver); with a driver too old for this runtime the
+  // same 35 comes back, and the versions below tell by how much.
+  int driver = 0, runtime = 0;
+  (void)cudaDriverGetVersion(&driver);
+  (void)cudaRuntimeGetVersion(&runtime);
+  std::string versions = driver == 0 ? "no CUDA driver is loaded (cudaDriverGetVersion reports 0)"
+                                     : "driver supports CUDA " + cuda_version_text(driver);
+  versions += ", runtime CUDA " + cuda_version_text(runtime);
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    if (why) *why = cuda_error_text("cudaGetDeviceCount", e) + "; " + versions;
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "cudaGetDeviceCount found 0 CUDA devices; " + versions;
+    return false;
+  }
+  if (why) why->clear();
+  return true;
+}
+
+std::string cuda_host_register(void* data, size_t bytes) {
+  cudaError_t e = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
+  if (e == cudaSuccess) return "";
+  (void)cudaGetLastError();
+  return cuda_error_text("cudaHostRegister", e);
+}
+
+void cuda_host_unregister(void* data) {
+  if (cudaHostUnregister(data) != cudaSuccess) (void)cudaGetLastError();
+}
+
+void* cuda_host_alloc(size_t bytes, std::string* error) {
+  void* p = nullptr;
+  cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (e == cudaSuccess) return p;
+  (void)cudaGetLastError();
+  if (error) *error = cuda_error_text("cudaHostAlloc", e);
+  return nullptr;
+}
+
+void cuda_host_free(void* p) {
+  if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
+}  // namespace detail
 
 CudaDeviceInfo cuda_device_info(int device) {
   if (!cuda_device_available()) throw_unavailable();
   CudaDeviceInfo info;
   info.device = device;
-#ifdef LOADER_HAVE_CUDA
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", "for device " + std::to_string(device));
   info.name = prop.name;
@@ -48,7 +112,6 @@ CudaDeviceInfo cuda_device_info(int device) {
   info.pci_bus_id = prop.pciBusID;
   (void)cudaDriverGetVersion(&info.driver_version);
   (void)cudaRuntimeGetVersion(&info.runtime_version);
-#endif
   return info;
 }
 
@@ -56,7 +119,6 @@ CudaDeviceInfo cuda_device_info(int device) {
 struct CudaStream::Impl {
   int device = 0;
   bool async_alloc = false;  ///< stream-ordered allocation (cudaMallocAsync) supported
-#ifdef LOADER_HAVE_CUDA
   cudaStream_t stream = nullptr;
   ~Impl() {
     if (stream) {
@@ -66,14 +128,12 @@ struct CudaStream::Impl {
       (void)cudaGetLastError();
     }
   }
-#endif
 };
 
 CudaStream::CudaStream(int device) {
   if (!cuda_device_available()) throw_unavailable();
   impl_ = std::make_shared<Impl>();
   impl_->device = device;
-#ifdef LOADER_HAVE_CUDA
   const std::string where = "on CUDA device " + std::to_string(device);
   check(cudaSetDevice(device), "cudaSetDevice", where);
   check(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", where);
@@ -89,23 +149,16 @@ CudaStream::CudaStream(int device) {
       (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
   }
   (void)cudaGetLastError();
-#endif
 }
 
 int CudaStream::device() const { return impl_->device; }
 
 void CudaStream::synchronize() {
-#ifdef LOADER_HAVE_CUDA
   check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize", "");
-#endif
 }
 
 void* CudaStream::native_handle() const {
-#ifdef LOADER_HAVE_CUDA
   return impl_->stream;
-#else
-  return nullptr;
-#endif
 }
 
 // ------------------------------------------------------------------ device batch
@@ -118,22 +171,17 @@ struct DeviceBatch::Impl {
   bool done = false;
   Value host;                       ///< keeps the source (and its slab) alive during the copy
   std::vector<Tensor> staging;      ///< contiguous copies of non-contiguous tensors
-#ifdef LOADER_HAVE_CUDA
   cudaEvent_t event = nullptr;
-#endif
 
   void finish() {
     if (done) return;
-#ifdef LOADER_HAVE_CUDA
     if (event) check(cudaEventSynchronize(event), "cudaEventSynchronize", "waiting for a batch copy");
-#endif
     done = true;
     host = Value();
     staging.clear();
   }
 
   ~Impl() {
-#ifdef LOADER_HAVE_CUDA
     // Never throws: wait for the copies (the host bytes must outlive them), then
     // free the device buffer in stream order.
     if (event) {
@@ -148,7 +196,6 @@ struct DeviceBatch::Impl {
       else (void)cudaFree(device_buffer);
     }
     (void)cudaGetLastError();
-#endif
   }
 };
 
@@ -159,7 +206,6 @@ DeviceBatch& DeviceBatch::operator=(DeviceBatch&&) noexcept = default;
 
 bool DeviceBatch::ready() const {
   if (!impl_ || impl_->done) return true;
-#ifdef LOADER_HAVE_CUDA
   if (!impl_->event) return true;
   cudaError_t e = cudaEventQuery(impl_->event);
   if (e == cudaErrorNotReady) {
@@ -167,7 +213,6 @@ bool DeviceBatch::ready() const {
     return false;
   }
   check(e, "cudaEventQuery", "on a batch copy");
-#endif
   return true;
 }
 
@@ -190,13 +235,11 @@ Tensor DeviceBatch::to_host(size_t i) const {
                      std::to_string(tensors().size()) + " tensors");
   const DeviceTensor& d = impl_->tensors[i];
   Tensor out = Tensor::empty(d.sizes, d.dtype);
-#ifdef LOADER_HAVE_CUDA
   check(cudaSetDevice(impl_->stream->device), "cudaSetDevice", "");
   // Stream order: the copy back follows the copy in.
   check(cudaMemcpyAsync(out.data_ptr(), d.data, d.nbytes, cudaMemcpyDeviceToHost, impl_->stream->stream),
         "cudaMemcpyAsync", "copying tensor " + std::to_string(i) + " back to the host");
   check(cudaStreamSynchronize(impl_->stream->stream), "cudaStreamSynchronize", "");
-#endif
   return out;
 }
 
@@ -227,7 +270,6 @@ DeviceBatch to_device_async(const Value& batch, CudaStream& stream) {
   });
   impl->bytes = 0;
   for (const auto& d : impl->tensors) impl->bytes += d.nbytes;
-#ifdef LOADER_HAVE_CUDA
   const auto& s = *impl->stream;
   check(cudaSetDevice(s.device), "cudaSetDevice", "");
   if (total > 0) {
@@ -246,20 +288,14 @@ DeviceBatch to_device_async(const Value& batch, CudaStream& stream) {
   }
   check(cudaEventCreateWithFlags(&impl->event, cudaEventDisableTiming), "cudaEventCreateWithFlags", "");
   check(cudaEventRecord(impl->event, s.stream), "cudaEventRecord", "after a batch copy");
-#else
-  (void)sources;
-  (void)offsets;
-  throw_unavailable();  // unreachable: CudaStream cannot be made without CUDA
-#endif
   DeviceBatch out;
   out.impl_ = std::move(impl);
   return out;
 }
 
-CopyTiming time_host_to_device(const void* host, size_t bytes, int repeats, CudaStream& stream) {
+detail::CopyTiming detail::time_host_to_device(const void* host, size_t bytes, int repeats, CudaStream& stream) {
   CopyTiming r;
   if (repeats <= 0 || bytes == 0) return r;
-#ifdef LOADER_HAVE_CUDA
   const auto& s = *stream.impl();
   check(cudaSetDevice(s.device), "cudaSetDevice", "");
   void* dev = nullptr;
@@ -291,11 +327,6 @@ CopyTiming time_host_to_device(const void* host, size_t bytes, int repeats, Cuda
   (void)cudaEventDestroy(start);
   (void)cudaEventDestroy(stop);
   (void)cudaFree(dev);
-#else
-  (void)host;
-  (void)stream;
-  throw_unavailable();
-#endif
   return r;
 }
 

@@ -1,16 +1,12 @@
 #include "loader/fashion_mnist.h"
 
 #include <sys/stat.h>
-#include <zlib.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <limits>
 
 #include "loader/error.h"
+#include "loader/idx.h"
 
 namespace loader {
 
@@ -25,70 +21,6 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// A gzFile with a destructor (gzread also reads uncompressed files transparently).
-class GzReader {
- public:
-  explicit GzReader(const std::string& path) : path_(path), f_(gzopen(path.c_str(), "rb")) {
-    if (!f_)
-      throw ValueError("cannot open " + path + ": " + std::strerror(errno) + "; " + kInstallHint);
-    gzbuffer(f_, 1 << 17);
-  }
-  ~GzReader() {
-    if (f_) gzclose(f_);
-  }
-  GzReader(const GzReader&) = delete;
-  GzReader& operator=(const GzReader&) = delete;
-
-  /// Reads up to n bytes; returns how many were read (fewer only at the end of the data).
-  size_t read(void* dst, size_t n) {
-    size_t got = 0;
-    auto* p = static_cast<uint8_t*>(dst);
-    while (got < n) {
-      unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30));
-      int r = gzread(f_, p + got, chunk);
-      if (r < 0) {
-        int code = 0;
-        const char* msg = gzerror(f_, &code);
-        throw ValueError(path_ + ": corrupt gzip data after " + std::to_string(offset_ + got) +
-                         " decompressed bytes (" + (msg ? msg : "zlib error") +
-                         "); re-download the file or reinstall dataset-fashion-mnist");
-      }
-      if (r == 0) break;
-      got += static_cast<size_t>(r);
-    }
-    offset_ += got;
-    return got;
-  }
-
-  /// zlib's complaint about a stream that ended early ("unexpected end of file"), if any.
-  std::string stream_error() {
-    int code = Z_OK;
-    const char* msg = gzerror(f_, &code);
-    return code == Z_OK ? std::string() : std::string(msg ? msg : "zlib error");
-  }
-
- private:
-  std::string path_;
-  gzFile f_;
-  size_t offset_ = 0;
-};
-
-uint32_t big_endian_u32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
-}
-
-std::string hex32(uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%08x", v);
-  return buf;
-}
-
-std::string dims_text(const std::vector<int64_t>& dims) {
-  std::string s;
-  for (int64_t d : dims) s += (s.empty() ? "" : "x") + std::to_string(d);
-  return s;
-}
-
 // The IDX file for `stem` in `root`: stem.gz, else stem uncompressed.
 std::string find_idx_file(const std::string& root, const std::string& stem) {
   std::string dir = root.empty() ? std::string(".") : root;
@@ -101,60 +33,6 @@ std::string find_idx_file(const std::string& root, const std::string& stem) {
 }
 
 }  // namespace
-
-IdxArray read_idx_ubyte(const std::string& path, int expected_ndim) {
-  if (!file_exists(path)) throw ValueError("IDX file not found: " + path + "; " + kInstallHint);
-  GzReader in(path);
-  uint8_t head[4];
-  if (in.read(head, 4) < 4)
-    throw ValueError(path + ": truncated: the file ends inside the 4-byte IDX magic number");
-  uint32_t magic = big_endian_u32(head);
-  uint32_t expected_magic = 0x0800u | static_cast<uint32_t>(expected_ndim);
-  if (magic != expected_magic) {
-    std::string what = (head[0] != 0 || head[1] != 0) ? "not an IDX file"
-                       : head[2] != 0x08 ? "an IDX file whose elements are not unsigned bytes"
-                                         : "an IDX file with " + std::to_string(head[3]) + " dimensions";
-    throw ValueError(path + ": bad magic number " + hex32(magic) + " (" + what + "); expected " +
-                     hex32(expected_magic) + " (unsigned bytes, " + std::to_string(expected_ndim) +
-                     " dimensions)");
-  }
-  IdxArray out;
-  uint64_t numel = 1;
-  for (int d = 0; d < expected_ndim; ++d) {
-    uint8_t b[4];
-    if (in.read(b, 4) < 4)
-      throw ValueError(path + ": truncated: the file ends inside the IDX header (dimension " +
-                       std::to_string(d) + " of " + std::to_string(expected_ndim) + ")");
-    uint32_t n = big_endian_u32(b);
-    out.dims.push_back(static_cast<int64_t>(n));
-    numel *= n;
-    if (numel > (uint64_t{1} << 34))
-      throw ValueError(path + ": IDX header announces more than 16 GiB of data (dimensions " +
-                       dims_text(out.dims) + "...); the file is corrupt");
-  }
-  // Grow as data arrives, so a corrupt header cannot make us allocate what is not there.
-  const size_t total = static_cast<size_t>(numel);
-  size_t got = 0;
-  while (got < total) {
-    size_t chunk = std::min<size_t>(total - got, size_t{64} << 20);
-    out.data.resize(got + chunk);
-    size_t r = in.read(out.data.data() + got, chunk);
-    got += r;
-    if (r < chunk) break;
-  }
-  if (got < total) {
-    std::string z = in.stream_error();
-    throw ValueError(path + ": truncated: the header announces " + dims_text(out.dims) + " = " +
-                     std::to_string(total) + " bytes of data, the file holds " + std::to_string(got) +
-                     (z.empty() ? "" : " (" + z + ")") +
-                     "; re-download the file or reinstall dataset-fashion-mnist");
-  }
-  uint8_t extra;
-  if (in.read(&extra, 1) != 0)
-    throw ValueError(path + ": " + std::to_string(total) + " bytes of data (" + dims_text(out.dims) +
-                     ") are followed by more bytes; the header does not describe this file");
-  return out;
-}
 
 // ------------------------------------------------------------------ FashionMNIST
 FashionMNIST::FashionMNIST(std::string root, bool train, std::optional<double> mean,
@@ -272,10 +150,14 @@ std::shared_ptr<Dataset> make_fashion_mnist(const Value& params) {
 
 }  // namespace
 
-LOADER_REGISTER_DATASET("fashion_mnist", make_fashion_mnist);
-
 void register_fashion_mnist() {
   if (!is_registered_dataset("fashion_mnist")) register_dataset("fashion_mnist", make_fashion_mnist);
 }
 
 }  // namespace loader
+
+// Called by the dataset registry (libloader/loader/dataset.cpp) on its first use: the
+// built-in types of this library, without a static initialiser that a static link
+// would drop.  loader::loader links with --undefined=loader_datasets_register_builtins,
+// which keeps this object file in every program that links the package.
+extern "C" void loader_datasets_register_builtins() { loader::register_fashion_mnist(); }

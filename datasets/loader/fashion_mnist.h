@@ -1,11 +1,10 @@
 // Fashion-MNIST (Zalando's 28x28 grayscale clothing images, 10 classes) as a
 // map-style dataset, read from the IDX files Debian's `dataset-fashion-mnist`
-// package installs.  A sample is what torchvision's
-// `FashionMNIST(root, train, transform=ToTensor())` gives: a tuple of a float32
-// image [1, 28, 28] with values pixel / 255 and the int label, so that
+// package installs.  Part of loader_datasets (linked by loader::loader).  A sample is
+// what torchvision's `FashionMNIST(root, train, transform=ToTensor())` gives: a tuple
+// of a float32 image [1, 28, 28] with values pixel / 255 and the int label, so that
 // default_collate makes `[float32[B, 1, 28, 28], int64[B]]`.
 //
-//   loader::register_fashion_mnist();   // once, before make_dataset (see below)
 //   auto train = loader::make_dataset({"fashion_mnist", loader::Value::dict({{"train", true}})});
 //   loader::Value s = train->get(0);    // (image, 9)
 //
@@ -15,14 +14,16 @@
 // Registered as "fashion_mnist" with parameters
 //   {"root": path (default /usr/share/datasets/fashion-mnist), "train": bool (default true),
 //    "mean": float, "std": float (optional, together: (x/255 - mean) / std, torchvision's Normalize)}.
-// The registration lives in this library's object file, which a static link drops
-// unless the program refers to it: call register_fashion_mnist() (idempotent) in
-// main() before the DataLoader starts, then worker processes register it too.
+// The name is always available in a program that links loader_datasets through
+// loader::loader: the dataset registry adds it on first use (no static initialiser
+// for the linker to drop).  A program that links the loader_datasets archive by hand
+// without loader::loader's `--undefined=loader_datasets_register_builtins` can call
+// register_fashion_mnist() (idempotent) in main() instead.
 //
 // The files are `{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz` (an uncompressed
-// file without `.gz` is used when the `.gz` one is absent).  They are decoded once
-// into uint8 arrays held by the dataset (47 MB for the training set); the float
-// conversion happens per sample.  Bad files give a ValueError naming the file and
+// file without `.gz` is used when the `.gz` one is absent), read with idx.h.  They are
+// decoded once into uint8 arrays held by the dataset (47 MB for the training set); the
+// float conversion happens per sample.  Bad files give a ValueError naming the file and
 // what is wrong (magic number, sizes, truncation, label range).
 #pragma once
 
@@ -33,19 +34,9 @@
 #include <vector>
 
 #include "loader/dataset.h"
+#include "loader/idx.h"
 
 namespace loader {
-
-/// One array read from an IDX file (the MNIST file format): unsigned bytes only.
-struct IdxArray {
-  std::vector<int64_t> dims;  ///< e.g. [60000, 28, 28]
-  std::vector<uint8_t> data;  ///< row-major, numel_of(dims) bytes
-};
-
-/// Reads an IDX file of unsigned bytes (magic 0x0000080N, N = number of dims),
-/// gzip-compressed or not.  Throws ValueError naming `path` when the file is
-/// missing, not unsigned-byte IDX, has `expected_ndim` != N, or is truncated.
-IdxArray read_idx_ubyte(const std::string& path, int expected_ndim);
 
 class FashionMNIST final : public Dataset {
  public:
@@ -90,8 +81,8 @@ class FashionMNIST final : public Dataset {
   float lut_[256];               // pixel value -> transformed float
 };
 
-/// Registers the "fashion_mnist" dataset type (idempotent).  Call it in main()
-/// before creating a DataLoader with num_workers > 0.
+/// Registers the "fashion_mnist" dataset type unless a factory is registered under
+/// that name already (idempotent).  Not needed with loader::loader (see above).
 void register_fashion_mnist();
 
 }  // namespace loader
