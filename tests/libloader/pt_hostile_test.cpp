@@ -21,17 +21,6 @@ const char* const kGolden[] = {"t_float32.pt", "t_bool.pt", "t_complex64.pt", "t
                                "dict_of_tensors.pt", "list_mixed.pt", "nested.pt", "state_dict.pt", "parameter.pt",
                                "requires_grad_tensor.pt"};
 
-// An archive "archive/..." holding `pickle` as data.pkl and the given storage records.
-std::string archive_with(const std::string& pickle, const std::vector<std::pair<std::string, std::string>>& storages = {}) {
-  std::string out;
-  pt::ZipWriter w([&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); });
-  w.write_record("archive/data.pkl", pickle.data(), pickle.size());
-  for (const auto& [key, bytes] : storages) w.write_record("archive/data/" + key, bytes.data(), bytes.size());
-  w.write_record("archive/version", "3\n", 2);
-  w.finish();
-  return out;
-}
-
 std::string load_error(const std::string& bytes) {
   try {
     pt::load_bytes(bytes);
@@ -39,41 +28,6 @@ std::string load_error(const std::string& bytes) {
     return e.what();
   }
   return "";
-}
-
-// _rebuild_tensor_v2 of a FloatStorage with the given numbers, via our own pickler.
-std::string tensor_pickle(int64_t numel, int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides,
-                          const std::string& storage_class = "FloatStorage") {
-  pt::Pickler p;
-  p.proto();
-  p.global("torch._utils", "_rebuild_tensor_v2");
-  p.mark();
-  p.mark();
-  p.string("storage");
-  p.global("torch", storage_class);
-  p.string("0", 1);
-  p.string("cpu");
-  p.integer(numel);
-  p.tuple_end(5);
-  p.op(pt::op::BINPERSID);
-  p.integer(offset);
-  for (auto* v : {&sizes, &strides}) {
-    if (v->empty()) {
-      p.empty_tuple();
-      continue;
-    }
-    if (v->size() > 3) p.mark();
-    for (int64_t x : *v) p.integer(x);
-    p.tuple_end(v->size());
-  }
-  p.boolean(false);
-  p.global("collections", "OrderedDict");
-  p.empty_tuple();
-  p.op(pt::op::REDUCE);
-  p.tuple_end(6);
-  p.op(pt::op::REDUCE);
-  p.stop();
-  return p.take();
 }
 
 TEST(PtHostile, CraftedTensorPickleLoads) {  // the baseline the other cases break

@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "../../tools/pt_json.h"
+#include "loader/serialization/pickle.h"
 #include "loader/serialization/pt.h"
+#include "loader/serialization/zip.h"
 #include "test_util.h"
 
 namespace loader::testing {
@@ -130,6 +132,58 @@ inline std::string json_diff(const nlohmann::json& got, const nlohmann::json& wa
   nlohmann::json patch = nlohmann::json::diff(want, got);
   std::string s = patch.dump();
   return s.size() > 1500 ? s.substr(0, 1500) + "..." : s;
+}
+
+// An archive "archive/..." holding `pickle` as data.pkl and the given storage records.
+inline std::string archive_with(const std::string& pickle, const std::vector<std::pair<std::string, std::string>>& storages = {}) {
+  std::string out;
+  pt::ZipWriter w([&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); });
+  w.write_record("archive/data.pkl", pickle.data(), pickle.size());
+  for (const auto& [key, bytes] : storages) w.write_record("archive/data/" + key, bytes.data(), bytes.size());
+  w.write_record("archive/version", "3\n", 2);
+  w.finish();
+  return out;
+}
+
+// _rebuild_tensor_v2 of a FloatStorage with the given numbers (its storage is record
+// "0"), via our own pickler: the opcodes, or a whole pickle.
+inline void tensor_opcodes(pt::Pickler& p, int64_t numel, int64_t offset, std::vector<int64_t> sizes,
+                           std::vector<int64_t> strides, const std::string& storage_class = "FloatStorage") {
+  p.global("torch._utils", "_rebuild_tensor_v2");
+  p.mark();
+  p.mark();
+  p.string("storage");
+  p.global("torch", storage_class);
+  p.string("0", 1);
+  p.string("cpu");
+  p.integer(numel);
+  p.tuple_end(5);
+  p.op(pt::op::BINPERSID);
+  p.integer(offset);
+  for (auto* v : {&sizes, &strides}) {
+    if (v->empty()) {
+      p.empty_tuple();
+      continue;
+    }
+    if (v->size() > 3) p.mark();
+    for (int64_t x : *v) p.integer(x);
+    p.tuple_end(v->size());
+  }
+  p.boolean(false);
+  p.global("collections", "OrderedDict");
+  p.empty_tuple();
+  p.op(pt::op::REDUCE);
+  p.tuple_end(6);
+  p.op(pt::op::REDUCE);
+}
+
+inline std::string tensor_pickle(int64_t numel, int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                                 const std::string& storage_class = "FloatStorage") {
+  pt::Pickler p;
+  p.proto();
+  tensor_opcodes(p, numel, offset, std::move(sizes), std::move(strides), storage_class);
+  p.stop();
+  return p.take();
 }
 
 }  // namespace loader::testing
