@@ -3,7 +3,7 @@
 # Idempotent: a no-op (well under a second) when everything is there.  Run as root.
 set -euo pipefail
 pkgs=(build-essential cmake pkgconf libcaf-dev libboost-dev libgtest-dev libdlpack-dev zlib1g-dev libssl-dev
-      nlohmann-json3-dev libeigen3-dev libopenblas-dev
+      nlohmann-json3-dev libcli11-dev libeigen3-dev libopenblas-dev
       python3-torch python3-numpy python3-matplotlib libtorch-dev
       dataset-fashion-mnist clang libclang-rt-14-dev procps)
 missing=()

@@ -18,6 +18,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -191,10 +192,22 @@ double copy_bandwidth(const std::string& kind, int threads, size_t bytes_per_thr
   return best;
 }
 
-int run_memcpy(Args& args) {
-  const auto mb = args.get_int("memcpy-mb", 256);
-  const auto reps = args.get_int("reps", 5);
-  args.finish();
+struct BenchOptions {
+  std::string workload;
+  std::string variant;  // "": the workload's default
+  int64_t workers = 0;
+  std::optional<int64_t> epochs, n, batch_size, prefetch_factor;  // defaults by workload and --quick
+  bool persistent = false, pin_memory = false, in_order = false, no_in_order = false;
+  bool quick = false, verify = false;
+  int64_t max_worker_restarts = 0;
+  double timeout = 0;
+  bool memcpy = false;
+  int64_t memcpy_mb = 256;
+  int64_t reps = 5;
+};
+
+int run_memcpy(const BenchOptions& o) {
+  const int64_t mb = o.memcpy_mb, reps = o.reps;
   if (mb <= 0 || reps <= 0) throw UsageError("--memcpy-mb and --reps must be positive");
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   for (const char* kind : {"stream", "chunks", "rows", "write"})
@@ -215,25 +228,28 @@ int run_memcpy(Args& args) {
 }
 
 // ------------------------------------------------------------------ workloads
-int run_bench(Args& args) {
-  if (args.flag("memcpy")) return run_memcpy(args);
-  const auto& wl = bench::workload_info(args.require("workload"));
-  const bool quick = args.flag("quick");
-  const bool verify = args.flag("verify");
-  const bool persistent = args.flag("persistent");
-  const bool pin = args.flag("pin-memory");
-  const bool in_order_flag = args.flag("in-order");
-  const bool no_in_order = args.flag("no-in-order");
-  if (in_order_flag && no_in_order) throw UsageError("--in-order and --no-in-order contradict each other");
-  const int workers = static_cast<int>(args.get_int("workers", 0));
-  const int epochs = static_cast<int>(args.get_int("epochs", quick ? 2 : 3));
-  const int64_t n = args.get_int("n", quick ? wl.quick_n : wl.n);
-  const int64_t b = args.get_int("batch-size", wl.batch_size);
-  const auto prefetch = args.get("prefetch-factor");
-  const int restarts = static_cast<int>(args.get_int("max-worker-restarts", 0));
-  const double timeout = args.get_double("timeout", 0);
-  std::string variant = args.get("variant").value_or(wl.iterable ? "gen" : "tensor");
-  args.finish();
+int run_bench(const BenchOptions& o) {
+  if (o.memcpy) return run_memcpy(o);
+  if (o.workload.empty()) throw UsageError("--workload is required (or --memcpy)");
+  const bench::WorkloadInfo* found = nullptr;
+  try {
+    found = &bench::workload_info(o.workload);
+  } catch (const ValueError& e) {
+    throw UsageError(std::string("--workload: ") + e.what());
+  }
+  const auto& wl = *found;
+  const bool quick = o.quick;
+  const bool verify = o.verify;
+  const bool persistent = o.persistent;
+  const bool pin = o.pin_memory;
+  const bool no_in_order = o.no_in_order;  // --in-order (the default) and --no-in-order exclude each other
+  const int workers = static_cast<int>(o.workers);
+  const int epochs = static_cast<int>(o.epochs.value_or(quick ? 2 : 3));
+  const int64_t n = o.n.value_or(quick ? wl.quick_n : wl.n);
+  const int64_t b = o.batch_size.value_or(wl.batch_size);
+  const int restarts = static_cast<int>(o.max_worker_restarts);
+  const double timeout = o.timeout;
+  const std::string variant = !o.variant.empty() ? o.variant : (wl.iterable ? "gen" : "tensor");
   if (workers < 0) throw UsageError("--workers must be >= 0");
   if (epochs <= 0) throw UsageError("--epochs must be positive");
   if (n <= 0 || b <= 0) throw UsageError("--n and --batch-size must be positive");
@@ -269,7 +285,7 @@ int run_bench(Args& args) {
     opts.generator = std::make_shared<Generator>(0);  // same order for any number of workers
   }
   opts.num_workers = workers;
-  if (prefetch) opts.prefetch_factor = static_cast<int>(parse_int(*prefetch, "--prefetch-factor"));
+  if (o.prefetch_factor) opts.prefetch_factor = static_cast<int>(*o.prefetch_factor);
   opts.persistent_workers = persistent;
   opts.pin_memory = pin;
   opts.in_order = !no_in_order;
@@ -405,12 +421,33 @@ int run_bench(Args& args) {
 
 }  // namespace
 
-LOADER_TOOL_COMMAND(
-    "bench",
-    "bench --workload W1|W2|W3|W4 [--variant tensor|gen|batched] [--workers N] [--epochs E] [--n N] "
-    "[--batch-size B] [--prefetch-factor P] [--persistent] [--pin-memory] [--in-order|--no-in-order] "
-    "[--quick] [--verify] [--max-worker-restarts N] [--timeout S]  |  bench --memcpy [--memcpy-mb MB] "
-    "[--reps R]",
-    ({"persistent", "pin-memory", "in-order", "no-in-order", "quick", "verify", "memcpy"}), run_bench);
+void add_bench_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Run a standard workload (bench/WORKLOADS.md) through the DataLoader: "
+                                          "one JSON line per epoch on stdout");
+  auto o = std::make_shared<BenchOptions>();
+  auto* workload = cmd->add_option("--workload", o->workload, "W1, W2, W3 or W4");
+  cmd->add_option("--variant", o->variant, "tensor or gen (W1-W3; default tensor), gen or batched (W4; default gen)");
+  cmd->add_option("--workers", o->workers, "num_workers (default 0)")->check(kInt64);
+  cmd->add_option("--epochs", o->epochs, "epochs (default 3, --quick 2)")->check(kInt64);
+  cmd->add_option("--n", o->n, "dataset length (default: the workload's)")->check(kInt64);
+  cmd->add_option("--batch-size", o->batch_size, "batch size (default: the workload's)")->check(kInt64);
+  cmd->add_option("--prefetch-factor", o->prefetch_factor, "batches in flight per worker")->check(kInt64);
+  cmd->add_flag("--persistent", o->persistent, "persistent_workers=True");
+  cmd->add_flag("--pin-memory", o->pin_memory, "pin_memory=True");
+  auto* in_order = cmd->add_flag("--in-order", o->in_order, "in_order=True (the default)");
+  auto* no_in_order = cmd->add_flag("--no-in-order", o->no_in_order, "in_order=False");
+  in_order->excludes(no_in_order);
+  cmd->add_flag("--quick", o->quick, "a small N and 2 epochs");
+  cmd->add_flag("--verify", o->verify, "also checksum every byte of every batch (timings not comparable)");
+  cmd->add_option("--max-worker-restarts", o->max_worker_restarts, "max_worker_restarts (default 0)")->check(kInt64);
+  cmd->add_option("--timeout", o->timeout, "timeout in seconds (default 0: none)");
+  auto* memcpy = cmd->add_flag("--memcpy", o->memcpy, "measure this machine's copy bandwidth instead");
+  auto* mb = cmd->add_option("--memcpy-mb", o->memcpy_mb, "--memcpy: MiB per thread (default 256)")->check(kInt64);
+  auto* reps = cmd->add_option("--reps", o->reps, "--memcpy: repetitions, the best counts (default 5)")->check(kInt64);
+  mb->needs(memcpy);
+  reps->needs(memcpy);
+  memcpy->excludes(workload);
+  on_run(cmd, [o] { return run_bench(*o); });
+}
 
 }  // namespace loader::tool

@@ -1,75 +1,58 @@
-// Sub-commands of the `loader` tool register themselves here:
+// The commands of the `loader` tool, on CLI11.  Each command file provides one add_*
+// function (declared below, called by main()) that declares its subcommand and its
+// options up front and says what runs once they are parsed:
 //
-//   static int run_split(loader::tool::Args& args);
-//   LOADER_TOOL_COMMAND("split", "split --n N --lengths a,b --seed S", run_split);
+//   void add_split_command(CLI::App& app) {
+//     auto* cmd = app.add_subcommand("split", "random_split's index lists as JSON");
+//     auto o = std::make_shared<SplitOptions>();
+//     cmd->add_option("--n", o->n, "dataset length")->required();
+//     on_run(cmd, [o] { return run_split(*o); });
+//   }
 //
-// Args parses "--key value" options and "--flag" switches.  Bad arguments throw
-// UsageError, which main() prints with the command's usage and exit status 2.
+// Exit status: 2 for bad arguments (CLI11's parse errors, and UsageError thrown by a
+// command for values it rejects), 1 for loader::Error and other failures (a file that
+// cannot be read or written), else what the command returns.
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <optional>
-#include <set>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 namespace loader::tool {
 
+/// Bad arguments found after parsing (values a command rejects): exit status 2.
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-class Args {
- public:
-  /// `argv` excludes the program and command names.  `flags` take no value.
-  Args(std::vector<std::string> argv, std::set<std::string> flags);
+/// Checks that an option's text is a whole decimal int64 ("12", "-3"), as parse_int:
+/// CLI11 2.1 alone would take "0x10" and clamp out-of-range numbers.  Every integer
+/// option has it: cmd->add_option("--n", n)->check(kInt64).
+extern const CLI::Validator kInt64;
 
-  std::vector<std::string> positional;
-  bool flag(const std::string& name);
-  std::optional<std::string> get(const std::string& name);
-  std::string require(const std::string& name);
-  int64_t get_int(const std::string& name, int64_t fallback);
-  int64_t require_int(const std::string& name);
-  double get_double(const std::string& name, double fallback);
-  std::vector<int64_t> get_int_list(const std::string& name);
-  std::vector<double> get_double_list(const std::string& name);
-  /// Throws UsageError naming any option that was given but never read.
-  void finish();
+/// Runs `fn` when `cmd` is the command given; its return value is the exit status.
+void on_run(CLI::App* cmd, std::function<int()> fn);
 
- private:
-  std::map<std::string, std::string> values_;
-  std::set<std::string> flags_given_;
-  std::set<std::string> used_;
-};
+/// A command made of subcommands ("pt", "sampler", the tool itself): without one, the
+/// error names them.  (Not CLI11's require_subcommand, which would report
+/// `loader nonsense` as a missing subcommand rather than an unexpected argument.)
+void require_subcommand(CLI::App* group);
 
 /// Parses a whole decimal integer or throws UsageError naming `what`.
 int64_t parse_int(const std::string& text, const std::string& what);
 double parse_double(const std::string& text, const std::string& what);
+/// "1,2,3" as integers / numbers ("" is an empty list); UsageError naming `what`.
+std::vector<int64_t> parse_int_list(const std::string& text, const std::string& what);
+std::vector<double> parse_double_list(const std::string& text, const std::string& what);
 
-using CommandFn = int (*)(Args& args);
-
-struct Command {
-  std::string name;
-  std::string usage;
-  std::set<std::string> flags;
-  CommandFn fn;
-};
-
-void register_command(Command c);
-
-struct CommandRegistrar {
-  CommandRegistrar(const char* name, const char* usage, std::set<std::string> flags, CommandFn fn) {
-    register_command(Command{name, usage, std::move(flags), fn});
-  }
-};
-
-#define LOADER_TOOL_CONCAT_INNER(a, b) a##b
-#define LOADER_TOOL_CONCAT(a, b) LOADER_TOOL_CONCAT_INNER(a, b)
-/// LOADER_TOOL_COMMAND(name, usage, {flags...}, fn)
-#define LOADER_TOOL_COMMAND(name, usage, flags, fn)                                     \
-  static ::loader::tool::CommandRegistrar LOADER_TOOL_CONCAT(loader_tool_cmd_, __LINE__)( \
-      name, usage, std::set<std::string> flags, fn)
+// ---- the commands (one function per command file)
+void add_pt_commands(CLI::App& app);         // pt_cmd.cpp: pt dump, pt copy
+void add_sampler_commands(CLI::App& app);    // sampler_cmd.cpp: sampler ..., split
+void add_bench_command(CLI::App& app);       // bench_cmd.cpp: bench
+void add_gpu_check_command(CLI::App& app);   // gpu_cmd.cpp: gpu-check
 
 }  // namespace loader::tool

@@ -101,16 +101,21 @@ EpochResult run_epoch(DataLoader& dl, CudaStream* stream) {
   return r;
 }
 
-int run_gpu_check(Args& args) {
-  const bool quick = args.flag("quick");
-  const int64_t n = args.get_int("n", quick ? 1024 : 4096);
-  const int64_t b = args.get_int("batch-size", 64);
-  const int workers = static_cast<int>(args.get_int("workers", 2));
-  const int64_t mb = args.get_int("mb", quick ? 16 : 64);
-  const int repeats = static_cast<int>(args.get_int("repeats", quick ? 5 : 20));
-  const int epochs = static_cast<int>(args.get_int("epochs", quick ? 1 : 2));
-  const int device = static_cast<int>(args.get_int("device", 0));
-  args.finish();
+struct GpuCheckOptions {
+  bool quick = false;
+  std::optional<int64_t> n, mb, repeats, epochs;  // defaults by --quick
+  int64_t batch_size = 64, workers = 2, device = 0;
+};
+
+int run_gpu_check(const GpuCheckOptions& args) {
+  const bool quick = args.quick;
+  const int64_t n = args.n.value_or(quick ? 1024 : 4096);
+  const int64_t b = args.batch_size;
+  const int workers = static_cast<int>(args.workers);
+  const int64_t mb = args.mb.value_or(quick ? 16 : 64);
+  const int repeats = static_cast<int>(args.repeats.value_or(quick ? 5 : 20));
+  const int epochs = static_cast<int>(args.epochs.value_or(quick ? 1 : 2));
+  const int device = static_cast<int>(args.device);
   if (n <= 0 || b <= 0 || mb <= 0 || repeats <= 0 || epochs <= 0 || workers < 0)
     throw UsageError("--n, --batch-size, --mb, --repeats and --epochs must be positive, --workers >= 0");
 
@@ -224,9 +229,19 @@ int run_gpu_check(Args& args) {
 
 }  // namespace
 
-LOADER_TOOL_COMMAND("gpu-check",
-                    "gpu-check [--n N] [--batch-size B] [--workers W] [--epochs E] [--mb MB] [--repeats R] "
-                    "[--device D] [--quick]   (exit 77: no CUDA device)",
-                    ({"quick"}), run_gpu_check);
+void add_gpu_check_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("gpu-check", "Host-to-device bandwidth and end-to-end batches/s with a device copy "
+                                              "(exit 77: no CUDA device); see docs/gpu.md");
+  auto o = std::make_shared<GpuCheckOptions>();
+  cmd->add_option("--n", o->n, "W2 dataset length (default 4096, --quick 1024)")->check(kInt64);
+  cmd->add_option("--batch-size", o->batch_size, "batch size (default 64)")->check(kInt64);
+  cmd->add_option("--workers", o->workers, "num_workers (default 2)")->check(kInt64);
+  cmd->add_option("--epochs", o->epochs, "epochs per configuration (default 2, --quick 1)")->check(kInt64);
+  cmd->add_option("--mb", o->mb, "MiB per bandwidth transfer (default 64, --quick 16)")->check(kInt64);
+  cmd->add_option("--repeats", o->repeats, "transfers per bandwidth row (default 20, --quick 5)")->check(kInt64);
+  cmd->add_option("--device", o->device, "CUDA device (default 0)")->check(kInt64);
+  cmd->add_flag("--quick", o->quick, "smaller defaults");
+  on_run(cmd, [o] { return run_gpu_check(*o); });
+}
 
 }  // namespace loader::tool

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,18 +45,14 @@ uint64_t parse_seed(const std::string& text) {
   return v;
 }
 
-std::shared_ptr<Generator> seeded_generator(Args& args) {
-  return std::make_shared<Generator>(parse_seed(args.require("seed")));
+std::shared_ptr<Generator> seeded_generator(const std::string& seed) {
+  return std::make_shared<Generator>(parse_seed(seed));
 }
 
-int64_t epochs_option(Args& args) {
-  int64_t epochs = args.get_int("epochs", 1);
+void check_epochs(int64_t epochs) {
   if (epochs < 0) throw UsageError("--epochs must be >= 0, got " + std::to_string(epochs));
-  return epochs;
 }
 
-/// Runs `fn`; a rejection by the library (ValueError, TypeError, RuntimeError: what a
-/// sampler says about its arguments) becomes a usage error.
 template <class F>
 auto rejecting_bad_values(F fn) -> decltype(fn()) {
   try {
@@ -87,79 +84,89 @@ int print_epochs(SamplerOf<T>& sampler, int64_t epochs) {
   return 0;
 }
 
-int run_random(Args& args) {
-  const int64_t n = args.require_int("n");
-  auto generator = seeded_generator(args);
-  const bool replacement = args.flag("replacement");
+struct RandomOptions {
+  int64_t n = 0;
+  std::string seed;
+  bool replacement = false;
   std::optional<int64_t> num_samples;
-  if (args.get("num-samples")) num_samples = args.require_int("num-samples");
-  const int64_t epochs = epochs_option(args);
-  args.finish();
-  auto sampler = rejecting_bad_values([&] { return RandomSampler(n, replacement, num_samples, generator); });
-  return print_epochs(sampler, epochs);
+  int64_t epochs = 1;
+};
+
+int run_random(const RandomOptions& o) {
+  check_epochs(o.epochs);
+  auto generator = seeded_generator(o.seed);
+  auto sampler = rejecting_bad_values([&] { return RandomSampler(o.n, o.replacement, o.num_samples, generator); });
+  return print_epochs(sampler, o.epochs);
 }
 
-int run_subset(Args& args) {
-  args.require("indices");
-  std::vector<int64_t> indices = args.get_int_list("indices");
-  auto generator = seeded_generator(args);
-  const int64_t epochs = epochs_option(args);
-  args.finish();
+struct SubsetOptions {
+  std::string indices, seed;
+  int64_t epochs = 1;
+};
+
+int run_subset(const SubsetOptions& o) {
+  std::vector<int64_t> indices = parse_int_list(o.indices, "--indices");
+  auto generator = seeded_generator(o.seed);
+  check_epochs(o.epochs);
   SubsetRandomSampler sampler(std::move(indices), generator);
-  return print_epochs(sampler, epochs);
+  return print_epochs(sampler, o.epochs);
 }
 
-int run_weighted(Args& args) {
-  args.require("weights");
-  std::vector<double> weights = args.get_double_list("weights");
-  const int64_t num_samples = args.require_int("num-samples");
-  auto generator = seeded_generator(args);
-  const bool replacement = !args.flag("no-replacement");
-  const int64_t epochs = epochs_option(args);
-  args.finish();
+struct WeightedOptions {
+  std::string weights, seed;
+  int64_t num_samples = 0;
+  bool no_replacement = false;
+  int64_t epochs = 1;
+};
+
+int run_weighted(const WeightedOptions& o) {
+  std::vector<double> weights = parse_double_list(o.weights, "--weights");
+  auto generator = seeded_generator(o.seed);
+  check_epochs(o.epochs);
   auto sampler = rejecting_bad_values(
-      [&] { return WeightedRandomSampler(std::move(weights), num_samples, replacement, generator); });
-  return print_epochs(sampler, epochs);
+      [&] { return WeightedRandomSampler(std::move(weights), o.num_samples, !o.no_replacement, generator); });
+  return print_epochs(sampler, o.epochs);
 }
 
-int run_distributed(Args& args) {
-  const int64_t n = args.require_int("n");
+struct DistributedOptions {
+  int64_t n = 0, num_replicas = 0, rank = 0, epoch = 0;
+  std::string seed;
+  bool no_shuffle = false, drop_last = false;
+};
+
+int run_distributed(const DistributedOptions& o) {
   DistributedSamplerOptions options;
-  options.num_replicas = args.require_int("num-replicas");
-  options.rank = args.require_int("rank");
-  options.seed = static_cast<int64_t>(parse_seed(args.require("seed")));
-  options.shuffle = !args.flag("no-shuffle");
-  options.drop_last = args.flag("drop-last");
-  const int64_t epoch = args.require_int("epoch");
-  args.finish();
-  auto sampler = rejecting_bad_values([&] { return DistributedSampler(n, options); });
-  sampler.set_epoch(epoch);
+  options.num_replicas = o.num_replicas;
+  options.rank = o.rank;
+  options.seed = static_cast<int64_t>(parse_seed(o.seed));
+  options.shuffle = !o.no_shuffle;
+  options.drop_last = o.drop_last;
+  auto sampler = rejecting_bad_values([&] { return DistributedSampler(o.n, options); });
+  sampler.set_epoch(o.epoch);
   return print_epochs(sampler, 1);
 }
 
-int run_batch(Args& args) {
-  const int64_t n = args.require_int("n");
-  const int64_t batch_size = args.require_int("batch-size");
-  const bool drop_last = args.flag("drop-last");
-  const bool shuffle = args.flag("shuffle");
+struct BatchOptions {
+  int64_t n = 0, batch_size = 0;
+  bool drop_last = false, shuffle = false;
+  std::string seed;
+  int64_t epochs = 1;
+};
+
+int run_batch(const BatchOptions& o) {
   std::shared_ptr<Generator> generator;
-  if (shuffle) {
-    generator = seeded_generator(args);
-  } else if (args.get("seed")) {
-    throw UsageError("--seed only applies with --shuffle");
-  }
-  const int64_t epochs = epochs_option(args);
-  args.finish();
+  if (o.shuffle) generator = seeded_generator(o.seed);  // --shuffle and --seed need each other
+  check_epochs(o.epochs);
   auto sampler = rejecting_bad_values([&] {
     std::shared_ptr<Sampler> inner;
-    if (shuffle) {
-      inner = std::make_shared<RandomSampler>(n, generator);
+    if (o.shuffle) {
+      inner = std::make_shared<RandomSampler>(o.n, generator);
     } else {
-      inner = std::make_shared<SequentialSampler>(n);
+      inner = std::make_shared<SequentialSampler>(o.n);
     }
-    return BatchSampler(inner, batch_size, drop_last);
+    return BatchSampler(inner, o.batch_size, o.drop_last);
   });
-  return print_epochs(sampler, epochs);
+  return print_epochs(sampler, o.epochs);
 }
 
 /// --labels FILE: a JSON list with, per dataset index, the list of its labels (a bare
@@ -197,84 +204,144 @@ std::vector<std::vector<int64_t>> read_labels(const std::string& path) {
   return labels;
 }
 
-int run_equibatch(Args& args) {
-  const auto labels = read_labels(args.require("labels"));
-  const int64_t batch_size = args.require_int("batch-size");
+struct EquibatchOptions {
+  std::string labels, seed;
+  int64_t batch_size = 0, balanced_coef = 0;
+  std::optional<int64_t> num_replicas, rank;  // both or neither
+  int64_t epochs = 1;
+};
+
+int run_equibatch(const EquibatchOptions& o) {
+  const auto labels = read_labels(o.labels);
   EquiBatchSamplerOptions options;
-  options.balanced_coef = args.require_int("balanced-coef");
-  const bool has_replicas = args.get("num-replicas").has_value(), has_rank = args.get("rank").has_value();
-  if (has_replicas != has_rank) throw UsageError("--num-replicas and --rank go together: give both or neither");
-  if (has_replicas) {
-    options.num_replicas = args.require_int("num-replicas");
-    options.rank = args.require_int("rank");
+  options.balanced_coef = o.balanced_coef;
+  if (o.num_replicas) {  // --rank comes with it
+    options.num_replicas = *o.num_replicas;
+    options.rank = *o.rank;
   }
   // Python's random.seed takes any integer: no 64-bit limit here.
-  const std::string seed = args.require("seed");
-  options.generator = rejecting_bad_values([&] { return std::make_shared<PythonRandom>(PythonRandom::from_decimal(seed)); });
-  const int64_t epochs = epochs_option(args);
-  args.finish();
-  auto sampler = rejecting_bad_values([&] { return EquiBatchSampler(labels, batch_size, options); });
-  return print_epochs(sampler, epochs);
+  options.generator = rejecting_bad_values([&] { return std::make_shared<PythonRandom>(PythonRandom::from_decimal(o.seed)); });
+  check_epochs(o.epochs);
+  auto sampler = rejecting_bad_values([&] { return EquiBatchSampler(labels, o.batch_size, options); });
+  return print_epochs(sampler, o.epochs);
 }
 
 /// "3,7" are integer lengths; "0.3,0.7" (any part that is not an integer) fractions.
 SplitLengths parse_lengths(const std::string& text) {
-  std::vector<int64_t> ints;
-  bool all_integers = true;
-  size_t start = 0;
-  std::vector<std::string> parts;
-  while (true) {
-    size_t comma = text.find(',', start);
-    parts.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
+  try {
+    return SplitLengths(parse_int_list(text, "--lengths"));
+  } catch (const UsageError&) {
+    return SplitLengths(parse_double_list(text, "--lengths"));
   }
-  if (text.empty()) parts.clear();
-  for (const auto& p : parts) {
-    try {
-      ints.push_back(parse_int(p, "--lengths"));
-    } catch (const UsageError&) {
-      all_integers = false;
-    }
-  }
-  if (all_integers) return SplitLengths(ints);
-  std::vector<double> fractions;
-  for (const auto& p : parts) fractions.push_back(parse_double(p, "--lengths"));
-  return SplitLengths(fractions);
 }
 
-int run_split(Args& args) {
-  const int64_t n = args.require_int("n");
-  SplitLengths lengths = parse_lengths(args.require("lengths"));
-  auto generator = seeded_generator(args);
-  args.finish();
-  auto splits = rejecting_bad_values([&] { return random_split(n, lengths, generator); });
+struct SplitOptions {
+  int64_t n = 0;
+  std::string lengths, seed;
+};
+
+int run_split(const SplitOptions& o) {
+  SplitLengths lengths = parse_lengths(o.lengths);
+  auto generator = seeded_generator(o.seed);
+  auto splits = rejecting_bad_values([&] { return random_split(o.n, lengths, generator); });
   json out = json::object();
   out["splits"] = splits;
   std::cout << out.dump() << "\n";
   return 0;
 }
 
+CLI::Option* add_seed(CLI::App* cmd, std::string& seed, bool required = true) {
+  auto* opt = cmd->add_option("--seed", seed, "the generator's seed (torch.Generator().manual_seed(S))");
+  if (required) opt->required();
+  return opt;
+}
+
+void add_epochs(CLI::App* cmd, int64_t& epochs) {
+  cmd->add_option("--epochs", epochs, "passes over the sampler, from the same generator (default 1)")->check(kInt64);
+}
+
 }  // namespace
 
-LOADER_TOOL_COMMAND("sampler random",
-                    "sampler random --n N --seed S [--replacement] [--num-samples K] [--epochs E]",
-                    ({"replacement"}), run_random);
-LOADER_TOOL_COMMAND("sampler subset", "sampler subset --indices i,j,k --seed S [--epochs E]", ({}), run_subset);
-LOADER_TOOL_COMMAND("sampler weighted",
-                    "sampler weighted --weights w1,w2,... --num-samples K --seed S [--no-replacement] [--epochs E]",
-                    ({"no-replacement"}), run_weighted);
-LOADER_TOOL_COMMAND("sampler distributed",
-                    "sampler distributed --n N --num-replicas R --rank r --seed S [--no-shuffle] [--drop-last] "
-                    "--epoch E",
-                    ({"no-shuffle", "drop-last"}), run_distributed);
-LOADER_TOOL_COMMAND("sampler batch",
-                    "sampler batch --n N --batch-size B [--drop-last] [--shuffle --seed S] [--epochs E]",
-                    ({"drop-last", "shuffle"}), run_batch);
-LOADER_TOOL_COMMAND("sampler equibatch",
-                    "sampler equibatch --labels FILE.json --batch-size B --balanced-coef C --seed S "
-                    "[--num-replicas R --rank r] [--epochs E]   (FILE.json: per index, the list of its labels)",
-                    ({}), run_equibatch);
-LOADER_TOOL_COMMAND("split", "split --n N --lengths a,b,c (integers or fractions) --seed S", ({}), run_split);
+void add_sampler_commands(CLI::App& app) {
+  CLI::App* sampler = app.add_subcommand("sampler", "Print a sampler's index sequences as JSON, as PyTorch draws them");
+  require_subcommand(sampler);
+
+  {
+    auto* cmd = sampler->add_subcommand("random", "RandomSampler(range(N), replacement, num_samples, generator)");
+    auto o = std::make_shared<RandomOptions>();
+    cmd->add_option("--n", o->n, "dataset length")->check(kInt64)->required();
+    add_seed(cmd, o->seed);
+    cmd->add_flag("--replacement", o->replacement, "draw with replacement");
+    cmd->add_option("--num-samples", o->num_samples, "samples per epoch (default N)")->check(kInt64);
+    add_epochs(cmd, o->epochs);
+    on_run(cmd, [o] { return run_random(*o); });
+  }
+  {
+    auto* cmd = sampler->add_subcommand("subset", "SubsetRandomSampler(indices, generator)");
+    auto o = std::make_shared<SubsetOptions>();
+    cmd->add_option("--indices", o->indices, "the indices, comma-separated: i,j,k")->required();
+    add_seed(cmd, o->seed);
+    add_epochs(cmd, o->epochs);
+    on_run(cmd, [o] { return run_subset(*o); });
+  }
+  {
+    auto* cmd = sampler->add_subcommand("weighted", "WeightedRandomSampler(weights, num_samples, replacement, generator)");
+    auto o = std::make_shared<WeightedOptions>();
+    cmd->add_option("--weights", o->weights, "the weights, comma-separated: w1,w2,...")->required();
+    cmd->add_option("--num-samples", o->num_samples, "samples per epoch")->check(kInt64)->required();
+    add_seed(cmd, o->seed);
+    cmd->add_flag("--no-replacement", o->no_replacement, "draw without replacement");
+    add_epochs(cmd, o->epochs);
+    on_run(cmd, [o] { return run_weighted(*o); });
+  }
+  {
+    auto* cmd = sampler->add_subcommand("distributed", "DistributedSampler: the indices of one rank in one epoch");
+    auto o = std::make_shared<DistributedOptions>();
+    cmd->add_option("--n", o->n, "dataset length")->check(kInt64)->required();
+    cmd->add_option("--num-replicas", o->num_replicas, "number of ranks")->check(kInt64)->required();
+    cmd->add_option("--rank", o->rank, "this rank")->check(kInt64)->required();
+    cmd->add_option("--seed", o->seed, "the sampler's seed")->required();
+    cmd->add_flag("--no-shuffle", o->no_shuffle, "shuffle=False");
+    cmd->add_flag("--drop-last", o->drop_last, "drop_last=True");
+    cmd->add_option("--epoch", o->epoch, "set_epoch(E)")->check(kInt64)->required();
+    on_run(cmd, [o] { return run_distributed(*o); });
+  }
+  {
+    auto* cmd = sampler->add_subcommand(
+        "batch", "BatchSampler over SequentialSampler (or RandomSampler with --shuffle --seed S)");
+    auto o = std::make_shared<BatchOptions>();
+    cmd->add_option("--n", o->n, "dataset length")->check(kInt64)->required();
+    cmd->add_option("--batch-size", o->batch_size, "batch size")->check(kInt64)->required();
+    cmd->add_flag("--drop-last", o->drop_last, "drop_last=True");
+    auto* shuffle = cmd->add_flag("--shuffle", o->shuffle, "batches of a RandomSampler (needs --seed)");
+    auto* seed = add_seed(cmd, o->seed, false);
+    shuffle->needs(seed);
+    seed->needs(shuffle);
+    add_epochs(cmd, o->epochs);
+    on_run(cmd, [o] { return run_batch(*o); });
+  }
+  {
+    auto* cmd = sampler->add_subcommand("equibatch", "EquiBatchSampler: label-balanced batches (Python's random)");
+    auto o = std::make_shared<EquibatchOptions>();
+    cmd->add_option("--labels", o->labels, "FILE.json: per index, the list of its labels")->required();
+    cmd->add_option("--batch-size", o->batch_size, "batch size")->check(kInt64)->required();
+    cmd->add_option("--balanced-coef", o->balanced_coef, "balanced_coef")->check(kInt64)->required();
+    cmd->add_option("--seed", o->seed, "random.seed(S): any integer")->required();
+    auto* replicas = cmd->add_option("--num-replicas", o->num_replicas, "number of ranks (with --rank)")->check(kInt64);
+    auto* rank = cmd->add_option("--rank", o->rank, "this rank (with --num-replicas)")->check(kInt64);
+    replicas->check(kInt64)->needs(rank);
+    rank->check(kInt64)->needs(replicas);
+    add_epochs(cmd, o->epochs);
+    on_run(cmd, [o] { return run_equibatch(*o); });
+  }
+  {
+    auto* cmd = app.add_subcommand("split", "random_split(range(N), lengths, generator): the index lists as JSON");
+    auto o = std::make_shared<SplitOptions>();
+    cmd->add_option("--n", o->n, "dataset length")->check(kInt64)->required();
+    cmd->add_option("--lengths", o->lengths, "a,b,c: integers, or fractions summing to 1")->required();
+    add_seed(cmd, o->seed);
+    on_run(cmd, [o] { return run_split(*o); });
+  }
+}
 
 }  // namespace loader::tool

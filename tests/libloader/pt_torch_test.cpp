@@ -224,9 +224,9 @@ namespace {
 
 const std::string kTool = std::string(LOADER_BINARY_DIR) + "/loader";
 
-// `loader pt dump FILE`: the object and the number of distinct storages.
+// `loader pt dump --all-values FILE`: the object, the number of distinct storages, the format.
 nlohmann::json dump_of(const std::string& path) {
-  auto r = run_command(shell_quote(kTool) + " pt dump " + shell_quote(path) + " 2>&1");
+  auto r = run_command(shell_quote(kTool) + " pt dump --all-values " + shell_quote(path) + " 2>&1");
   EXPECT_EQ(r.status, 0) << r.output;
   if (r.status != 0) return nullptr;
   const nlohmann::json j = nlohmann::json::parse(r.output);
