@@ -53,6 +53,8 @@ void check_epochs(int64_t epochs) {
   if (epochs < 0) throw UsageError("--epochs must be >= 0, got " + std::to_string(epochs));
 }
 
+/// Runs `fn`; a rejection by the library (ValueError, TypeError, RuntimeError: what a
+/// sampler says about its arguments) becomes a usage error.
 template <class F>
 auto rejecting_bad_values(F fn) -> decltype(fn()) {
   try {
