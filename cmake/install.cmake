@@ -11,7 +11,11 @@ include(CMakePackageConfigHelpers)
 
 set(LOADER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/loader)
 
-install(TARGETS loader_core loader_datasets loader_runtime loader loader_tool
+set(LOADER_INSTALL_TARGETS loader_core loader_datasets loader_runtime loader)
+if(TARGET loader_tool)  # not built under a parent project that lacks CLI11
+  list(APPEND LOADER_INSTALL_TARGETS loader_tool)
+endif()
+install(TARGETS ${LOADER_INSTALL_TARGETS}
   EXPORT loaderTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
