@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -65,7 +66,10 @@ class VectorCursor final : public Cursor<T> {
 //
 // Every block is drawn when the consumer asks for its first element, so draws from a
 // shared generator interleave with other users exactly as in PyTorch; the trailing
-// randperm is drawn (and possibly discarded) at the next() that ends the pass.
+// randperm is drawn (and possibly discarded) at the next() that ends the pass.  A randperm
+// block is a LazyPermutation (generator.h): its swaps run as its elements are asked for,
+// on a copy of the generator's stream, while the generator owes those draws, so another
+// user of the generator still sees them made at the block's start.
 class RandomCursor final : public Cursor<int64_t> {
  public:
   RandomCursor(SampleSource source, bool replacement, std::optional<int64_t> num_samples,
@@ -78,14 +82,20 @@ class RandomCursor final : public Cursor<int64_t> {
   std::optional<int64_t> next() override {
     if (done_) return std::nullopt;
     if (!started_) start();
-    while (pos_ >= block_.size()) {
+    while (true) {
+      if (perm_left_ > 0) {
+        const int64_t v = perm_->next();
+        if (--perm_left_ == 0) perm_->finish();  // randperm(n)[:k]: the pass's other draws
+        return v;
+      }
+      if (pos_ < block_.size()) return block_[pos_++];
       if (!draw_block()) {
         done_ = true;
         block_ = {};
+        perm_.reset();
         return std::nullopt;
       }
     }
-    return block_[pos_++];
   }
 
  private:
@@ -140,8 +150,12 @@ class RandomCursor final : public Cursor<int64_t> {
       for (int64_t i = 0; i + 1 < n_; ++i) generator_->random();
       block_.clear();
     } else {
-      block_ = randperm(n_, *generator_);
-      block_.resize(static_cast<size_t>(size));
+      // randperm(n) drawn lazily: the generator owes the pass's draws until the
+      // permutation has made them (LazyPermutation), so the first index costs O(1)
+      // and any other user of the generator sees PyTorch's stream all the same.
+      block_.clear();
+      perm_.emplace(n_, *generator_);
+      perm_left_ = size;
     }
     return true;
   }
@@ -159,8 +173,10 @@ class RandomCursor final : public Cursor<int64_t> {
   int64_t num_samples_ = 0;
   int64_t full_blocks_ = 0;
   int64_t tail_size_ = 0;
-  std::vector<int64_t> block_;
+  std::vector<int64_t> block_;  // a block of randint draws (replacement)
   size_t pos_ = 0;
+  std::optional<LazyPermutation> perm_;  // a randperm block; after generator_ (it points to it)
+  int64_t perm_left_ = 0;                // elements of perm_ this block still yields
 };
 
 // ------------------------------------------------------------------ BatchSampler pass

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -136,6 +137,105 @@ print(json.dumps(out))
   EXPECT_EQ(multinomial(w2, 4, false, g), want["multinomial_partial_sort"].get<std::vector<int64_t>>());
   EXPECT_EQ(multinomial(w2, 1, false, g), want["multinomial_k1"].get<std::vector<int64_t>>());
   EXPECT_EQ(multinomial(w2, 50, true, g), want["multinomial_repl"].get<std::vector<int64_t>>());
+}
+
+// ------------------------------------------------------------------ LazyPermutation
+
+std::vector<int64_t> lazy_all(int64_t n, Generator& g) {
+  LazyPermutation p(n, g);
+  std::vector<int64_t> out;
+  while (p.remaining() > 0) out.push_back(p.next());
+  return out;
+}
+
+TEST(LazyPermutation, SameElementsAndLeavesTheGeneratorWhereRandpermDoes) {
+  for (int64_t n : {0, 1, 2, 3, 10, 1000, 250000})
+    for (uint64_t seed : {0ULL, 42ULL, 67280421310721ULL}) {
+      Generator eager(seed), lazy(seed);
+      const std::vector<int64_t> want = randperm(n, eager);
+      ASSERT_EQ(lazy_all(n, lazy), want) << "n=" << n << " seed=" << seed;
+      // Repaid when the last draw was made: the stream continues alike, nothing owed.
+      EXPECT_EQ(lazy.random(), eager.random()) << "n=" << n;
+    }
+}
+
+TEST(LazyPermutation, ADrawFromTheGeneratorMidPassSeesThePassAsMadeAtItsStart) {
+  // PyTorch draws the whole randperm at once: a draw from the same generator half-way
+  // through the consumer's pass comes after every draw of the pass.
+  Generator eager(7), lazy(7);
+  const std::vector<int64_t> want = randperm(500, eager);
+  const uint32_t after = eager.random();
+  LazyPermutation p(500, lazy);
+  std::vector<int64_t> got;
+  for (int i = 0; i < 100; ++i) got.push_back(p.next());
+  EXPECT_EQ(lazy.random(), after);  // settles the loan: discards the 499 owed draws
+  while (p.remaining() > 0) got.push_back(p.next());
+  EXPECT_EQ(got, want);              // the permutation itself is unaffected
+  EXPECT_EQ(lazy.random(), eager.random());  // and its late repay changes nothing
+}
+
+TEST(LazyPermutation, TwoPassesOverOneGeneratorInterleaved) {
+  Generator eager(3), lazy(3);
+  const std::vector<int64_t> want_a = randperm(300, eager);
+  const std::vector<int64_t> want_b = randperm(200, eager);
+  LazyPermutation a(300, lazy);
+  std::vector<int64_t> got_a, got_b;
+  got_a.push_back(a.next());
+  LazyPermutation b(200, lazy);  // settles a's loan first, as PyTorch had drawn it
+  while (b.remaining() > 0 || a.remaining() > 0) {
+    if (a.remaining() > 0) got_a.push_back(a.next());
+    if (b.remaining() > 0) got_b.push_back(b.next());
+  }
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, want_b);
+  EXPECT_EQ(lazy.random(), eager.random());
+}
+
+TEST(LazyPermutation, FinishMakesTheRestOfThePassAndSaveStateSettles) {
+  Generator eager(11), lazy(11);
+  const std::vector<int64_t> want = randperm(1000, eager);
+  {
+    LazyPermutation p(1000, lazy);
+    // save_state while the loan is open: the state after the whole pass.
+    unsigned char owed[Generator::kStateBytes], made[Generator::kStateBytes];
+    lazy.save_state(owed);
+    eager.save_state(made);
+    EXPECT_EQ(std::memcmp(owed, made, sizeof owed), 0);
+    std::vector<int64_t> first;
+    for (int i = 0; i < 10; ++i) first.push_back(p.next());
+    EXPECT_EQ(first, std::vector<int64_t>(want.begin(), want.begin() + 10));
+    p.finish();  // randperm(n)[:10]
+  }
+  EXPECT_EQ(lazy.random(), eager.random());
+  // A permutation dropped half-way leaves the loan to be settled by the next use.
+  Generator eager2(12), lazy2(12);
+  randperm(77, eager2);
+  {
+    LazyPermutation p(77, lazy2);
+    p.next();
+  }
+  EXPECT_EQ(lazy2.random(), eager2.random());
+  // manual_seed drops the loan, as re-seeding drops every earlier draw.
+  Generator g(5);
+  LazyPermutation p(50, g);
+  g.manual_seed(9);
+  EXPECT_EQ(g.random(), Generator(9).random());
+}
+
+TEST(LazyPermutation, RandomSamplerSharingItsGeneratorWithAnotherUser) {
+  // torch: g = Generator().manual_seed(1); it = iter(RandomSampler(range(40), generator=g));
+  // next(it) draws randperm(40) and, num_samples % n == 0, nothing else until the pass
+  // ends; a draw from g after the first index comes after those 39 draws.
+  auto g = std::make_shared<Generator>(1);
+  Generator model(1);
+  const std::vector<int64_t> perm = randperm(40, model);
+  const uint32_t after_perm = model.random();
+  RandomSampler s(40, g);
+  auto it = s.iter();
+  std::vector<int64_t> got{*it->next()};
+  EXPECT_EQ(g->random(), after_perm);
+  while (auto i = it->next()) got.push_back(*i);
+  EXPECT_EQ(got, perm);
 }
 
 }  // namespace
