@@ -651,7 +651,9 @@ TEST(WorkerDeath, RestartIsByteIdenticalWithADatasetThatDrawsRandomNumbers) {
         auto it = dl.iter();
         while (auto b = it.next()) {
           got.push_back(*b);
-          if (got.size() == 5) ASSERT_EQ(kill(it.worker_pids()[static_cast<size_t>(victim)], SIGKILL), 0);
+          if (got.size() == 5) {
+            ASSERT_EQ(kill(it.worker_pids()[static_cast<size_t>(victim)], SIGKILL), 0);
+          }
         }
       }
       EXPECT_EQ(count_containing(capture.messages(), "restart 1 of 2"), 1);
@@ -879,7 +881,9 @@ TEST(WorkerDeath, RestartInALaterNonPersistentEpochIsByteIdenticalToo) {
       auto it = dl.iter();
       while (auto b = it.next()) {
         got.push_back(*b);
-        if (got.size() == 2) ASSERT_EQ(kill(it.worker_pids()[1], SIGKILL), 0);
+        if (got.size() == 2) {
+          ASSERT_EQ(kill(it.worker_pids()[1], SIGKILL), 0);
+        }
       }
     }
     ASSERT_EQ(got.size(), expected.size());
