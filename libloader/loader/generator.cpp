@@ -28,6 +28,8 @@ std::vector<int64_t> randperm(int64_t n, Generator& g) {
   return r;
 }
 
+// randperm's steps above, one element at a time.  randperm keeps its own loop: built on
+// LazyPermutation a whole pass of 250,000 took 5.3 ms instead of 2.3 ms here.
 LazyPermutation::LazyPermutation(int64_t n, Generator& g)
     : n_(n > 0 ? n : 0), r_(static_cast<size_t>(n_)), source_(&g),
       rng_(g.lend(static_cast<uint64_t>(n_ > 1 ? n_ - 1 : 0), &ticket_)) {

@@ -376,22 +376,7 @@ void push_legacy_tensor(pt::Pickler& p, int64_t numel, int64_t offset, std::vect
     p.none();
   }
   p.tuple_end(6);
-  p.op(pt::op::BINPERSID);
-  p.integer(offset);
-  for (auto* v : {&sizes, &strides}) {
-    if (v->size() > 3) p.mark();
-    if (v->empty()) p.empty_tuple();
-    else {
-      for (int64_t x : *v) p.integer(x);
-      p.tuple_end(v->size());
-    }
-  }
-  p.boolean(false);
-  p.global("collections", "OrderedDict");
-  p.empty_tuple();
-  p.op(pt::op::REDUCE);
-  p.tuple_end(6);
-  p.op(pt::op::REDUCE);
+  rebuild_tensor_tail(p, offset, sizes, strides);
 }
 
 std::string legacy_tensor_pickle(int64_t numel, int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides,

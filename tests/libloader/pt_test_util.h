@@ -145,22 +145,14 @@ inline std::string archive_with(const std::string& pickle, const std::vector<std
   return out;
 }
 
-// _rebuild_tensor_v2 of a FloatStorage with the given numbers (its storage is record
-// "0"), via our own pickler: the opcodes, or a whole pickle.
-inline void tensor_opcodes(pt::Pickler& p, int64_t numel, int64_t offset, std::vector<int64_t> sizes,
-                           std::vector<int64_t> strides, const std::string& storage_class = "FloatStorage") {
-  p.global("torch._utils", "_rebuild_tensor_v2");
-  p.mark();
-  p.mark();
-  p.string("storage");
-  p.global("torch", storage_class);
-  p.string("0", 1);
-  p.string("cpu");
-  p.integer(numel);
-  p.tuple_end(5);
+// The end of a _rebuild_tensor_v2 call, after its persistent id's tuple (zip or legacy):
+// BINPERSID, storage offset, size and stride tuples, requires_grad=False, an empty
+// OrderedDict of backward hooks, then the call itself.
+inline void rebuild_tensor_tail(pt::Pickler& p, int64_t offset, const std::vector<int64_t>& sizes,
+                                const std::vector<int64_t>& strides) {
   p.op(pt::op::BINPERSID);
   p.integer(offset);
-  for (auto* v : {&sizes, &strides}) {
+  for (const auto* v : {&sizes, &strides}) {
     if (v->empty()) {
       p.empty_tuple();
       continue;
@@ -175,6 +167,22 @@ inline void tensor_opcodes(pt::Pickler& p, int64_t numel, int64_t offset, std::v
   p.op(pt::op::REDUCE);
   p.tuple_end(6);
   p.op(pt::op::REDUCE);
+}
+
+// _rebuild_tensor_v2 of a FloatStorage with the given numbers (its storage is record
+// "0"), via our own pickler: the opcodes, or a whole pickle.
+inline void tensor_opcodes(pt::Pickler& p, int64_t numel, int64_t offset, std::vector<int64_t> sizes,
+                           std::vector<int64_t> strides, const std::string& storage_class = "FloatStorage") {
+  p.global("torch._utils", "_rebuild_tensor_v2");
+  p.mark();
+  p.mark();
+  p.string("storage");
+  p.global("torch", storage_class);
+  p.string("0", 1);
+  p.string("cpu");
+  p.integer(numel);
+  p.tuple_end(5);
+  rebuild_tensor_tail(p, offset, sizes, strides);
 }
 
 inline std::string tensor_pickle(int64_t numel, int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides,
