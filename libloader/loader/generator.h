@@ -158,9 +158,21 @@ class LazyPermutation {
   void finish();
 
  private:
+  // Step i swaps r[i] with r[i + z_i], a random place in an array of n: a cache miss per
+  // step once n is large.  The draws do not depend on the array, so they are made
+  // kLookahead steps early and the place each will touch is prefetched; elements are
+  // kept as uint32 while n fits (half the cache footprint of int64).
+  static constexpr int64_t kLookahead = 16;
+  template <class T>
+  int64_t step(std::vector<T>& r);
+  void draw_ahead(int64_t upto);
+
   int64_t n_;
   int64_t i_ = 0;
-  std::vector<int64_t> r_;
+  int64_t drawn_ = 0;                // steps whose z was drawn (and prefetched)
+  uint32_t ahead_[kLookahead] = {};  // z of step j at ahead_[j % kLookahead]
+  std::vector<uint32_t> r32_;        // the array while n <= 2^32
+  std::vector<int64_t> r64_;         // otherwise
   Generator* source_;
   Generator rng_;
   uint64_t ticket_ = 0;
