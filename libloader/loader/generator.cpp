@@ -90,6 +90,11 @@ int64_t LazyPermutation::step(std::vector<T>& r) {
 
 int64_t LazyPermutation::next() { return r32_.empty() && n_ > 0 ? step(r64_) : step(r32_); }
 
+void LazyPermutation::take(std::vector<int64_t>& out, size_t m) {
+  const bool narrow = !r32_.empty();
+  for (size_t j = 0; j < m; ++j) out.push_back(narrow ? step(r32_) : step(r64_));
+}
+
 void LazyPermutation::finish() {
   if (repaid_) return;
   for (int64_t i = drawn_; i + 1 < n_; ++i) rng_.random();

@@ -153,6 +153,8 @@ class LazyPermutation {
   int64_t remaining() const noexcept { return n_ - i_; }
   /// The next element; remaining() must be > 0.
   int64_t next();
+  /// Appends the next m elements to `out` (m <= remaining()): m calls of next().
+  void take(std::vector<int64_t>& out, size_t m);
   /// Makes the draws the rest of the pass would make (without the swaps) and repays g:
   /// for a caller that stops early (randperm(n)[:k]), so g is not left owing them.
   void finish();

@@ -36,6 +36,18 @@ class Cursor {
  public:
   virtual ~Cursor() = default;
   virtual std::optional<T> next() = 0;
+  /// Appends up to `k` next elements to `out` and returns how many it appended: fewer
+  /// than k only when the pass ended.  The same elements, in the same order, as k calls
+  /// of next(); cursors on the batch path override it to skip the call per element.
+  virtual size_t next_many(std::vector<T>& out, size_t k) {
+    size_t got = 0;
+    for (; got < k; ++got) {
+      std::optional<T> v = next();
+      if (!v) break;
+      out.push_back(std::move(*v));
+    }
+    return got;
+  }
 };
 
 /// A cursor from a callable returning std::optional<T>.

@@ -45,6 +45,13 @@ class VectorCursor final : public Cursor<T> {
     if (pos_ >= items_->size()) return std::nullopt;
     return (*items_)[pos_++];
   }
+  size_t next_many(std::vector<T>& out, size_t k) override {
+    const size_t got = std::min(k, items_->size() - std::min(pos_, items_->size()));
+    out.insert(out.end(), items_->begin() + static_cast<std::ptrdiff_t>(pos_),
+               items_->begin() + static_cast<std::ptrdiff_t>(pos_ + got));
+    pos_ += got;
+    return got;
+  }
 
  private:
   std::shared_ptr<const std::vector<T>> items_;
@@ -78,6 +85,25 @@ class RandomCursor final : public Cursor<int64_t> {
         replacement_(replacement),
         requested_(num_samples),
         generator_(std::move(generator)) {}
+
+  size_t next_many(std::vector<int64_t>& out, size_t k) override {
+    size_t got = 0;
+    while (got < k) {
+      if (!done_ && perm_left_ > 0) {  // inside a randperm block: in bulk
+        const auto m = static_cast<size_t>(std::min<int64_t>(perm_left_, static_cast<int64_t>(k - got)));
+        perm_->take(out, m);
+        got += m;
+        perm_left_ -= static_cast<int64_t>(m);
+        if (perm_left_ == 0) perm_->finish();  // randperm(n)[:k]: the pass's other draws
+        continue;
+      }
+      std::optional<int64_t> v = next();
+      if (!v) break;
+      out.push_back(*v);
+      ++got;
+    }
+    return got;
+  }
 
   std::optional<int64_t> next() override {
     if (done_) return std::nullopt;
@@ -191,15 +217,11 @@ class BatchCursor final : public Cursor<IndexBatch> {
     if (!inner_) inner_ = sampler_->iter();
     IndexBatch batch;
     batch.reserve(static_cast<size_t>(std::min<int64_t>(batch_size_, 1 << 16)));
-    while (static_cast<int64_t>(batch.size()) < batch_size_) {
-      std::optional<int64_t> idx = inner_->next();
-      if (!idx) {
-        done_ = true;
-        inner_.reset();
-        if (drop_last_ || batch.empty()) return std::nullopt;
-        return batch;
-      }
-      batch.push_back(*idx);
+    const auto want = static_cast<size_t>(batch_size_);
+    if (inner_->next_many(batch, want) < want) {
+      done_ = true;
+      inner_.reset();
+      if (drop_last_ || batch.empty()) return std::nullopt;
     }
     return batch;
   }

@@ -238,5 +238,58 @@ TEST(LazyPermutation, RandomSamplerSharingItsGeneratorWithAnotherUser) {
   EXPECT_EQ(got, perm);
 }
 
+
+TEST(LazyPermutation, TakeInBulkEqualsNextOneByOne) {
+  for (int64_t n : {1, 2, 17, 1000, 100000}) {
+    Generator eager(21), lazy(21);
+    const std::vector<int64_t> want = randperm(n, eager);
+    LazyPermutation p(n, lazy);
+    std::vector<int64_t> got;
+    size_t chunk = 1;
+    while (p.remaining() > 0) {  // chunks of 1, 2, 3, ... mixed with single next() calls
+      p.take(got, std::min<size_t>(chunk++, static_cast<size_t>(p.remaining())));
+      if (p.remaining() > 0) got.push_back(p.next());
+    }
+    EXPECT_EQ(got, want) << "n=" << n;
+    EXPECT_EQ(lazy.random(), eager.random()) << "n=" << n;
+  }
+}
+
+TEST(SamplerCursor, NextManyYieldsWhatNextYields) {
+  // Every RandomSampler shape (with and without replacement, num_samples below, equal to
+  // and above n, with a tail) and the list cursor: bulk reads in uneven chunks, mixed with
+  // next(), give the same stream, end at the same place, and leave the generator alike.
+  struct Case {
+    int64_t n;
+    bool replacement;
+    std::optional<int64_t> num_samples;
+  };
+  for (const Case& c : {Case{10, false, std::nullopt}, Case{10, false, 25}, Case{10, false, 3},
+                        Case{1000, false, std::nullopt}, Case{7, true, std::nullopt}, Case{7, true, 70},
+                        Case{1, false, 5}}) {
+    auto g1 = std::make_shared<Generator>(5), g2 = std::make_shared<Generator>(5);
+    RandomSampler a(c.n, c.replacement, c.num_samples, g1), b(c.n, c.replacement, c.num_samples, g2);
+    std::vector<int64_t> one, many;
+    for (auto it = a.iter(); auto v = it->next();) one.push_back(*v);
+    auto it = b.iter();
+    for (size_t k = 1;; ++k) {
+      const size_t got = it->next_many(many, k % 9);
+      if (got < k % 9) break;
+      if (auto v = it->next()) many.push_back(*v);
+      else break;
+    }
+    EXPECT_EQ(many, one) << "n=" << c.n << " replacement=" << c.replacement;
+    EXPECT_EQ(it->next_many(many, 4), 0u);
+    EXPECT_EQ(g1->random(), g2->random());
+  }
+  ListSampler l({4, 2, 9, 1, 1});
+  auto lc = l.iter();
+  std::vector<int64_t> got;
+  EXPECT_EQ(lc->next_many(got, 2), 2u);
+  EXPECT_EQ(lc->next_many(got, 10), 3u);
+  EXPECT_EQ(lc->next_many(got, 1), 0u);
+  EXPECT_EQ(got, (std::vector<int64_t>{4, 2, 9, 1, 1}));
+}
+
 }  // namespace
 }  // namespace loader

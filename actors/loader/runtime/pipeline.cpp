@@ -304,7 +304,8 @@ void Pipeline::send_task_locked(int worker, uint64_t task) {
   put_u64(b, task);
   put_u64(b, t->slab);
   put_u64(b, t->indices.size());
-  for (int64_t i : t->indices) put_u64(b, static_cast<uint64_t>(i));
+  // The indices as put_u64 would write them, one by one (host order), in one append.
+  b.append(reinterpret_cast<const char*>(t->indices.data()), t->indices.size() * sizeof(int64_t));
   queue_locked(worker, FrameType::Task, std::move(b));
 }
 
