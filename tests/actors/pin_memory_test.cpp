@@ -148,7 +148,7 @@ TEST_P(PinMemoryWorkers, PersistentWorkersPinTheirSlabsOnce) {
   WarningCapture capture;
   DataLoader dl(ramp(16), o);
   int64_t after_first = 0;
-  for (int epoch = 0; epoch < 3; ++epoch) {
+  for (int epoch = 0; epoch < 6; ++epoch) {
     int64_t batches = 0;
     for (auto& batch : dl) {
       EXPECT_EQ(batch[0].to_tensor().is_pinned(), dl.pin_memory_status().pinned);
@@ -158,7 +158,11 @@ TEST_P(PinMemoryWorkers, PersistentWorkersPinTheirSlabsOnce) {
     if (epoch == 0) after_first = dl.pin_memory_status().regions;
   }
   EXPECT_GE(after_first, 2);
-  EXPECT_EQ(dl.pin_memory_status().regions, after_first) << "slabs of persistent workers are pinned once";
+  // How many slabs the pool needs depends on when each batch is dropped (a later epoch
+  // may need one more than the first did), but never more than its bound: 2 workers x
+  // (prefetch 2 + 2) slabs.  Re-pinning every epoch would register 4 more per epoch.
+  EXPECT_GE(dl.pin_memory_status().regions, after_first);
+  EXPECT_LE(dl.pin_memory_status().regions, 2 * (2 + 2)) << "slabs of persistent workers are pinned once";
   expect_consistent(dl.pin_memory_status(), pin_warnings(capture));
 }
 

@@ -21,6 +21,13 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs, Pipe
   iterable_ = !config_.workers.empty() && config_.workers.front().iterable;
   for (size_t w = 0; w < config_.workers.size(); ++w)
     slots_.push_back(std::make_unique<Slot>(static_cast<int>(w), config_.max_restarts, !iterable_));
+  try {
+    rings_ = std::make_unique<ResultRings>(static_cast<int>(slots_.size()));
+  } catch (const Error& e) {
+    throw ShmError(std::string("DataLoader: cannot create the result rings of ") + std::to_string(slots_.size()) +
+                   " workers (" + std::to_string(RingLayout::kDefaultCapacity / 1024) +
+                   " KiB of shared memory each): " + e.what() + "; free space in /dev/shm or use fewer workers");
+  }
 }
 
 Pipeline::~Pipeline() { shutdown(); }
@@ -35,6 +42,9 @@ uint32_t Pipeline::begin_incarnation_locked(Slot& s) {
   s.started = std::chrono::steady_clock::now();
   s.stopped_ticks = 0;
   s.outbox.clear();  // frames for an older incarnation
+  // The ring is the new incarnation's: the previous one is dead (reaped) or never ran,
+  // and on_down took what it had published.
+  rings_->reset(s.life.id(), gen);
   return gen;
 }
 
@@ -45,6 +55,12 @@ void Pipeline::start_locked_prepare(Slot& s) {
   std::string page;
   put_u64(page, s.state_page->size());
   queue_locked(w, FrameType::StatePage, std::move(page), s.state_page);
+  std::string rings;
+  put_u64(rings, rings_->layout().capacity);
+  put_u64(rings, static_cast<uint64_t>(rings_->layout().rings));
+  put_u64(rings, static_cast<uint64_t>(w));
+  put_u64(rings, s.life.generation());
+  queue_locked(w, FrameType::Rings, std::move(rings), rings_->segment());
   queue_locked(w, FrameType::Init, encoded_config(config_.workers[static_cast<size_t>(w)]));
 }
 
@@ -201,6 +217,8 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) throw RuntimeError("DataLoader: the worker pool was shut down");
+    bool flush_needed = false;  // flush_all() below writes whatever this queues
+    drain_rings_locked(flush_needed);
     // Results of the previous epoch that nobody took give their slabs back.
     if (buffer_)
       while (auto item = buffer_->pop())
@@ -239,7 +257,7 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     }
     if (!fatal_) dispatch_locked();
     id = epoch_;
-    cv_.notify_all();  // an iterator of the epoch this one replaced wakes and ends
+    rings_->ring();  // an iterator of the epoch this one replaced wakes and ends
   }
   flush_all();
   return id;
@@ -343,12 +361,49 @@ bool Pipeline::releasable_locked() const {
 }
 
 void Pipeline::notify_locked() {
-  if (waiting_ && releasable_locked()) cv_.notify_one();
+  rings_->ring();  // a futex wake-up only when the application thread sleeps
+}
+
+size_t Pipeline::drain_rings_locked(bool& flush_needed, int only) {
+  size_t taken = 0;
+  Frame f;
+  for (int w = 0; w < static_cast<int>(slots_.size()); ++w) {
+    if (only >= 0 && w != only) continue;
+    try {
+      while (rings_->take(w, f)) {
+        ++taken;
+        handle_reply_locked(w, decode_reply(static_cast<uint8_t>(f.type), f.body), flush_needed);
+      }
+    } catch (const std::exception& e) {
+      worker_failed_locked(w, "RuntimeError", "DataLoader worker " + std::to_string(w) +
+                                                  " sent a result the main process cannot read (" +
+                                                  frame_type_name(f.type) + "): " + e.what());
+      rings_->reset(w, 0);  // nothing more of this incarnation is read
+    }
+  }
+  return taken;
 }
 
 Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock::time_point> deadline) {
   std::unique_lock<std::mutex> lock(mu_);
+  // Only workers that got frames are flushed (usually the one the next task went to).
+  auto flush_dirty = [&] {
+    int dirty[8];
+    int n_dirty = 0;
+    bool more = false;
+    for (size_t w = 0; w < slots_.size(); ++w) {
+      if (slots_[w]->outbox.empty()) continue;
+      if (n_dirty < 8) dirty[n_dirty++] = static_cast<int>(w);
+      else more = true;
+    }
+    lock.unlock();
+    if (more) flush_all();
+    else
+      for (int i = 0; i < n_dirty; ++i) flush(dirty[i]);
+  };
+  bool flush_needed = false;
   while (true) {
+    if (!closed_) drain_rings_locked(flush_needed);
     if (epoch != epoch_) return Delivery{};  // ended, or replaced by a newer epoch
     if (fatal_) return *fatal_;
     if (!buffer_) return Delivery{};
@@ -356,35 +411,36 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
       Delivery d = std::move(item->second);
       dispatcher_->on_delivered(d.worker);
       dispatch_locked();
-      // Only workers that got frames are flushed (usually the one the next task went to).
-      int dirty[8];
-      int n_dirty = 0;
-      bool more = false;
-      for (size_t w = 0; w < slots_.size(); ++w) {
-        if (slots_[w]->outbox.empty()) continue;
-        if (n_dirty < 8) dirty[n_dirty++] = static_cast<int>(w);
-        else more = true;
-      }
-      lock.unlock();
-      if (more) flush_all();
-      else
-        for (int i = 0; i < n_dirty; ++i) flush(dirty[i]);
+      flush_dirty();
       return d;
     }
     if (total_ && buffer_->done(first_task_, *total_)) return Delivery{};  // End
     if (closed_) return Delivery{Delivery::Kind::Fatal, 0, -1, 0, "", "RuntimeError", "DataLoader: the worker pool was shut down"};
-    waiting_ = true;
-    if (deadline) {
-      if (cv_.wait_until(lock, *deadline) == std::cv_status::timeout && !releasable_locked()) {
-        waiting_ = false;
+    if (flush_needed) {  // results of ended epochs freed slabs: waiting tasks go out
+      flush_needed = false;
+      flush_dirty();
+      lock.lock();
+      continue;
+    }
+    // Say we sleep, then look at the rings once more: a worker that publishes after
+    // that look sees the sleeper and rings (seq_cst on both sides).
+    const uint32_t seq = rings_->prepare_sleep();
+    if (drain_rings_locked(flush_needed) > 0 || releasable_locked()) {
+      rings_->awake();
+      continue;
+    }
+    lock.unlock();
+    rings_->sleep(seq, deadline);
+    lock.lock();
+    rings_->awake();
+    if (deadline && std::chrono::steady_clock::now() >= *deadline) {
+      if (!closed_) drain_rings_locked(flush_needed);
+      if (!releasable_locked() && epoch == epoch_ && !fatal_) {
         Delivery t;
         t.kind = Delivery::Kind::Timeout;
         return t;
       }
-    } else {
-      cv_.wait(lock);
     }
-    waiting_ = false;
   }
 }
 
@@ -428,7 +484,7 @@ void Pipeline::shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     closed_ = true;
-    cv_.notify_all();
+    rings_->ring();
   }
   // Fixed order: every link is told first (the workers exit on EOF together), then
   // each is stopped (reader joined, process reaped).  Slots keep their lifecycle.
@@ -550,10 +606,14 @@ void Pipeline::handle_reply_locked(int worker, WorkerReply r, bool& flush_needed
 void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
   std::string warning;
   bool restart = false;
+  bool flush_needed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     Slot& s = *slots_[static_cast<size_t>(worker)];
+    // What the incarnation published before it went down counts (answered tasks are not
+    // re-sent); nothing more can come from it.
+    if (s.life.current(gen) && drain_rings_locked(flush_needed, worker) > 0) notify_locked();
     auto d = s.life.down(gen, how);
     switch (d.kind) {
       case WorkerLifecycle::Decision::Kind::Ignore: return;
@@ -567,6 +627,7 @@ void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
         break;
     }
   }
+  if (flush_needed && hooks_.flush_later) hooks_.flush_later(worker);
   if (restart) {
     warn(warning);
     if (hooks_.restart_later) hooks_.restart_later(worker, gen);

@@ -12,11 +12,15 @@
 // and the messages between them are method calls, so that a batch costs the main
 // process no actor hop (docs/transport.md has the measurement that chose this):
 //
-//   application thread  next(): pops the next result (waits on a condition variable
-//                       only when none is ready), returns its credit and dispatches
-//                       the next task (a Task frame to the worker's socket).
-//   reader thread k     on_frame(): a result goes into the reorder buffer; the
-//                       application thread is woken only if it is waiting for it.
+//   application thread  next(): takes the Result frames the workers published in the
+//                       result rings (shared memory, no system call), pops the next
+//                       result (sleeps on the rings' doorbell only when none is
+//                       ready), returns its credit and dispatches the next task (a
+//                       Task frame to the worker's socket).
+//   reader thread k     on_frame(): every other frame of worker k (ready, errors, a
+//                       batch too large for a ring...); on_down(): takes what the dead
+//                       incarnation left in its ring first.  The application thread is
+//                       woken (doorbell) only if it sleeps.
 //                       Readers never write to a socket (a full socket could then
 //                       deadlock both sides): frames they queue are flushed by the
 //                       supervisor (hooks.flush_later).
@@ -54,6 +58,7 @@
 
 #include "loader/fetch.h"
 #include "loader/runtime/reorder_buffer.h"
+#include "loader/runtime/result_rings.h"
 #include "loader/runtime/shm.h"
 #include "loader/runtime/slab_store.h"
 #include "loader/runtime/supervisor_actor.h"
@@ -193,6 +198,10 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
   bool releasable_locked() const;
   void notify_locked();
   void flush_all();
+  /// Takes every Result frame the workers have published in the result rings (all
+  /// rings, or only `worker`'s) into the reorder buffer, as on_frame would.
+  /// Returns how many it took.
+  size_t drain_rings_locked(bool& flush_needed, int worker = -1);
 
   PipelineConfig config_;
   std::shared_ptr<SlabStore> slabs_;
@@ -201,8 +210,7 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
   bool iterable_ = false;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool waiting_ = false;           ///< the application thread waits in next()
+  std::unique_ptr<ResultRings> rings_;  ///< Result frames in shared memory; its doorbell wakes next()
   bool closed_ = false;
   uint64_t epoch_ = 0;             ///< 0: no epoch running
   uint64_t epochs_started_ = 0;

@@ -18,6 +18,7 @@ const char* frame_type_name(FrameType t) {
     case FrameType::AddSlab: return "AddSlab";
     case FrameType::DropSlab: return "DropSlab";
     case FrameType::Task: return "Task";
+    case FrameType::Rings: return "Rings";
     case FrameType::UseSlab: return "UseSlab";
     case FrameType::Epoch: return "Epoch";
     case FrameType::Shutdown: return "Shutdown";

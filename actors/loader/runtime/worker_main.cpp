@@ -1,5 +1,6 @@
 #include "loader/worker_main.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <memory>
 
 #include "loader/error.h"
+#include "loader/runtime/result_rings.h"
 #include "loader/runtime/rng_state_page.h"
 #include "loader/runtime/shm.h"
 #include "loader/runtime/wire.h"
@@ -20,8 +22,18 @@ namespace loader::runtime {
 
 namespace {
 
-bool send_reply(int sock, const WorkerReply& r) {
+// A Result goes into this worker's result ring (read by the main process without a
+// reader-thread hop); everything else, and a Result too large for the ring, goes on the
+// socket.
+bool send_reply(int sock, const WorkerReply& r, RingWriter* ring) {
   auto [type, body] = encode_reply(r);
+  if (ring && r.kind == WorkerReply::Kind::Result) {
+    auto peer_gone = [sock] {  // the main process closed the link (or died)
+      pollfd p{sock, POLLRDHUP, 0};
+      return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    };
+    if (ring->write(static_cast<FrameType>(type), body, peer_gone)) return true;
+  }
   return write_frame(sock, static_cast<FrameType>(type), body);
 }
 
@@ -39,6 +51,8 @@ int run_worker_loop(int sock, pid_t parent) {
   std::map<uint64_t, ShmMapping> mappings;
   ShmMapping state_mapping;
   std::unique_ptr<RngStatePage> state_page;
+  ShmMapping rings_mapping;
+  std::unique_ptr<RingWriter> ring;
   {
     std::string hello;
     put_u64(hello, static_cast<uint64_t>(parent ? getpid() : 0));
@@ -75,6 +89,22 @@ int run_worker_loop(int sock, pid_t parent) {
           state_mapping = ShmMapping(f.fd, size);
           f.fd = -1;
           state_page = std::make_unique<RngStatePage>(state_mapping.data());
+          break;
+        }
+        case FrameType::Rings: {
+          RingLayout layout;
+          layout.capacity = in.u64();
+          const uint64_t rings = in.u64();
+          const uint64_t index = in.u64();
+          const uint64_t generation = in.u64();
+          if (f.fd < 0 || rings == 0 || rings > 1u << 16 || index >= rings || layout.capacity < 4096 ||
+              layout.capacity > (uint64_t{1} << 30))
+            throw RuntimeError("Rings frame without usable rings");
+          layout.rings = static_cast<int>(rings);
+          rings_mapping = ShmMapping(f.fd, layout.bytes());
+          f.fd = -1;
+          ring = std::make_unique<RingWriter>(rings_mapping.data(), layout, static_cast<int>(index),
+                                              static_cast<uint32_t>(generation));
           break;
         }
         case FrameType::SetRng: {
@@ -116,14 +146,14 @@ int run_worker_loop(int sock, pid_t parent) {
           // Recorded before the result leaves: once the parent has the result, the
           // state after the task is on the page.
           if (state_page) state_page->write(task, RngStatePage::After, core->generator());
-          if (!send_reply(sock, reply)) return 0;
+          if (!send_reply(sock, reply, ring.get())) return 0;
           break;
         }
         case FrameType::UseSlab: {
           uint64_t task = in.u64();
           uint64_t slab = in.u64();
           if (!core) throw RuntimeError("UseSlab before Init");
-          if (!send_reply(sock, core->use_slab(task, slab))) return 0;
+          if (!send_reply(sock, core->use_slab(task, slab), ring.get())) return 0;
           break;
         }
         case FrameType::Epoch:
