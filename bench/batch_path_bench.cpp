@@ -39,18 +39,17 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "proc_util.h"
 #include "loader/runtime/child_process.h"
 #include "loader/runtime/shm.h"
 #include "loader/runtime/wire.h"
@@ -93,20 +92,6 @@ struct Usage {
     return r;
   }
 };
-
-double child_cpu_us(pid_t pid) {  // fields 14 and 15 of /proc/<pid>/stat, in clock ticks
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(in, stat);
-  auto rp = stat.rfind(')');
-  if (rp == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(rp + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i)
-    if (i >= 14) ticks += std::stod(field);
-  return ticks * 1e6 / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 std::string task_body(uint64_t task) {  // as Pipeline::send_task_locked builds it
   std::string b;
@@ -240,13 +225,13 @@ json drive(const Options& o, const std::string& path, std::vector<ChildProcess>&
   one_pass(0, 1000);  // warm-up
   Usage u0 = Usage::self();
   std::vector<double> c0;
-  for (auto& c : children) c0.push_back(child_cpu_us(c.pid()));
+  for (auto& c : children) c0.push_back(loader::bench_util::process_cpu_us(c.pid()));
   auto t0 = Clock::now();
   one_pass(1000, o.batches);
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   Usage u1 = Usage::self();
   double child = 0;
-  for (size_t i = 0; i < children.size(); ++i) child += child_cpu_us(children[i].pid()) - c0[i];
+  for (size_t i = 0; i < children.size(); ++i) child += loader::bench_util::process_cpu_us(children[i].pid()) - c0[i];
   const auto n = static_cast<double>(o.batches);
   return {{"path", path},
           {"batches", o.batches},
@@ -371,12 +356,7 @@ int main(int argc, char** argv) {
       static_cast<size_t>(o.prefetch) > kSlots)
     return usage();
   signal(SIGPIPE, SIG_IGN);
-  std::vector<std::string> list;
-  for (std::stringstream in(paths); !in.eof();) {
-    std::string p;
-    std::getline(in, p, ',');
-    if (!p.empty()) list.push_back(p);
-  }
+  const std::vector<std::string> list = loader::bench_util::split_list(paths);
   try {
     for (int r = 1; r <= rounds; ++r)  // paths alternate, so the machine's drift hits each
       for (const auto& p : list) {

@@ -46,12 +46,12 @@
 #include <mutex>
 #include <optional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "proc_util.h"
 #include "loader/runtime/child_process.h"
 #include "loader/runtime/protocol.h"
 #include "loader/runtime/wire.h"
@@ -102,21 +102,7 @@ class CpuMeter {
     return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 +
            static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
   }
-  double child_us() const {
-    if (child_ <= 0) return 0;
-    // Fields 14 and 15 of /proc/<pid>/stat: utime, stime in clock ticks.
-    std::ifstream in("/proc/" + std::to_string(child_) + "/stat");
-    std::string stat;
-    std::getline(in, stat);
-    auto rp = stat.rfind(')');
-    if (rp == std::string::npos) return 0;
-    std::istringstream rest(stat.substr(rp + 2));
-    std::string field;
-    double ticks = 0;
-    for (int i = 3; i <= 15 && rest >> field; ++i)
-      if (i >= 14) ticks += std::stod(field);
-    return ticks * 1e6 / static_cast<double>(sysconf(_SC_CLK_TCK));
-  }
+  double child_us() const { return child_ > 0 ? loader::bench_util::process_cpu_us(child_) : 0; }
   pid_t child_;
   double self0_ = 0, child0_ = 0;
 };
@@ -749,14 +735,6 @@ std::string read_first_line(const char* path) {
   return s;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string x; std::getline(in, x, ',');)
-    if (!x.empty()) out.push_back(x);
-  return out;
-}
-
 int usage() {
   std::cerr << "usage: transport_bench [--round-trips N] [--pipelined N] [--spawns N] "
                "[--configs default,tuned,runtime] [--run K]\n";
@@ -788,7 +766,7 @@ int main(int argc, char** argv) {
         {"caf_version", CAF_VERSION}});
   try {
     bench_bridge_raw(round_trips, pipelined, spawns);
-    for (const auto& c : split(configs)) bench_config(c, round_trips, pipelined, spawns);
+    for (const auto& c : loader::bench_util::split_list(configs)) bench_config(c, round_trips, pipelined, spawns);
   } catch (const std::exception& e) {
     std::cerr << "transport_bench: " << e.what() << "\n";
     return 1;

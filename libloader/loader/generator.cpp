@@ -66,10 +66,10 @@ void LazyPermutation::draw_ahead(int64_t upto) {
     const auto z = static_cast<uint32_t>(rng_.random() % static_cast<uint32_t>(n_ - drawn_));
     ahead_[drawn_ % kLookahead] = z;
     const auto at = static_cast<size_t>(drawn_) + z;
-    if (!r32_.empty())
-      __builtin_prefetch(&r32_[at], 1);
-    else
+    if (wide())
       __builtin_prefetch(&r64_[at], 1);
+    else
+      __builtin_prefetch(&r32_[at], 1);
   }
   if (drawn_ == n_ - 1 && !repaid_) {  // the pass's last draw was made
     source_->repay(ticket_, rng_);
@@ -88,11 +88,13 @@ int64_t LazyPermutation::step(std::vector<T>& r) {
   return static_cast<int64_t>(r[i]);
 }
 
-int64_t LazyPermutation::next() { return r32_.empty() && n_ > 0 ? step(r64_) : step(r32_); }
+int64_t LazyPermutation::next() { return wide() ? step(r64_) : step(r32_); }
 
 void LazyPermutation::take(std::vector<int64_t>& out, size_t m) {
-  const bool narrow = !r32_.empty();
-  for (size_t j = 0; j < m; ++j) out.push_back(narrow ? step(r32_) : step(r64_));
+  if (wide())
+    for (size_t j = 0; j < m; ++j) out.push_back(step(r64_));
+  else
+    for (size_t j = 0; j < m; ++j) out.push_back(step(r32_));
 }
 
 void LazyPermutation::finish() {

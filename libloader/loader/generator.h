@@ -168,6 +168,7 @@ class LazyPermutation {
   template <class T>
   int64_t step(std::vector<T>& r);
   void draw_ahead(int64_t upto);
+  bool wide() const noexcept { return !r64_.empty(); }  // n > 2^32: int64 elements
 
   int64_t n_;
   int64_t i_ = 0;

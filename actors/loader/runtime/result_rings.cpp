@@ -75,7 +75,6 @@ void RingWriter::put(FrameType type, const std::string& body) {
 void RingWriter::pause_a_little() {
   timespec ts{0, 200 * 1000};  // the ring is full only when the main process stopped reading
   nanosleep(&ts, nullptr);
-  wait_for_space_ms_ += 1;  // counted coarsely: 5 pauses are about a millisecond
 }
 
 // ------------------------------------------------------------------ main-process side

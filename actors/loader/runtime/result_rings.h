@@ -74,18 +74,15 @@ class RingWriter {
  public:
   RingWriter(void* base, RingLayout layout, int index, uint32_t generation);
   /// Writes one frame; false when it is too large for the ring (send it on the socket)
-  /// or the ring belongs to another incarnation now.  Waits while the ring is full,
-  /// asking `peer_gone` every 10 ms (true: gives up, returns false).
+  /// or the ring belongs to another incarnation now.  Waits while the ring is full
+  /// (pauses of 200 us), asking `peer_gone` every 10 pauses (true: gives up, returns false).
   template <class PeerGone>
   bool write(FrameType type, const std::string& body, PeerGone peer_gone) {
     const uint64_t need = 5 + body.size();
     if (need > layout_.capacity / 2) return false;
-    while (!fits(need)) {
+    for (int pauses = 0; !fits(need); ++pauses) {
       if (!mine()) return false;
-      if (wait_for_space_ms_ >= 10) {
-        wait_for_space_ms_ = 0;
-        if (peer_gone()) return false;
-      }
+      if (pauses % 10 == 9 && peer_gone()) return false;
       pause_a_little();
     }
     if (!mine()) return false;
@@ -105,7 +102,6 @@ class RingWriter {
   char* data_;
   RingDoorbell* bell_;
   uint32_t generation_;
-  int wait_for_space_ms_ = 0;
 };
 
 /// Main-process side: the segment, every ring's consumer, and the doorbell's sleeper.
