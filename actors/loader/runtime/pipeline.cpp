@@ -22,11 +22,12 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs, Pipe
   for (size_t w = 0; w < config_.workers.size(); ++w)
     slots_.push_back(std::make_unique<Slot>(static_cast<int>(w), config_.max_restarts, !iterable_));
   try {
-    rings_ = std::make_unique<ResultRings>(static_cast<int>(slots_.size()));
+    rings_ = std::make_unique<WorkerRings>(static_cast<int>(slots_.size()));
   } catch (const Error& e) {
-    throw ShmError(std::string("DataLoader: cannot create the result rings of ") + std::to_string(slots_.size()) +
-                   " workers (" + std::to_string(RingLayout::kDefaultCapacity / 1024) +
-                   " KiB of shared memory each): " + e.what() + "; free space in /dev/shm or use fewer workers");
+    throw ShmError(std::string("DataLoader: cannot create the task and result rings of ") +
+                   std::to_string(slots_.size()) + " workers (" +
+                   std::to_string(2 * RingLayout::kDefaultCapacity / 1024) + " KiB of shared memory each): " +
+                   e.what() + "; free space in /dev/shm or use fewer workers");
   }
 }
 
@@ -42,7 +43,8 @@ uint32_t Pipeline::begin_incarnation_locked(Slot& s) {
   s.started = std::chrono::steady_clock::now();
   s.stopped_ticks = 0;
   s.outbox.clear();  // frames for an older incarnation
-  // The ring is the new incarnation's: the previous one is dead (reaped) or never ran,
+  s.socket_queued = 0;
+  // The rings are the new incarnation's: the previous one is dead (reaped) or never ran,
   // and on_down took what it had published.
   rings_->reset(s.life.id(), gen);
   return gen;
@@ -57,7 +59,7 @@ void Pipeline::start_locked_prepare(Slot& s) {
   queue_locked(w, FrameType::StatePage, std::move(page), s.state_page);
   std::string rings;
   put_u64(rings, rings_->layout().capacity);
-  put_u64(rings, static_cast<uint64_t>(rings_->layout().rings));
+  put_u64(rings, static_cast<uint64_t>(rings_->layout().workers));
   put_u64(rings, static_cast<uint64_t>(w));
   put_u64(rings, s.life.generation());
   queue_locked(w, FrameType::Rings, std::move(rings), rings_->segment());
@@ -143,7 +145,9 @@ void Pipeline::restart(int worker, uint32_t gen) {
 // ------------------------------------------------------------------ frames out
 
 void Pipeline::queue_locked(int worker, FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner) {
-  slots_[static_cast<size_t>(worker)]->outbox.push_back(OutFrame{type, std::move(body), std::move(fd_owner)});
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  s.outbox.push_back(OutFrame{type, std::move(body), std::move(fd_owner)});
+  ++s.socket_queued;
 }
 
 void Pipeline::flush(int worker) {
@@ -161,8 +165,13 @@ void Pipeline::write_outbox(Slot& s) {
     frames.swap(s.outbox);
     link = s.link.get();  // replaced only under flush_mu (held by the caller); destroyed by shutdown, also under it
   }
-  for (auto& f : frames)
+  uint64_t sent = 0;
+  for (auto& f : frames) {
     if (!link->send(f.type, f.body, f.fd_owner ? f.fd_owner->fd() : -1)) break;  // the reader reports the loss
+    ++sent;
+  }
+  // Tasks in the ring that come after these frames may run now (worker_rings.h).
+  rings_->socket_frames_written(s.life.id(), link->generation(), sent);
 }
 
 void Pipeline::flush_all() {
@@ -300,8 +309,9 @@ void Pipeline::send_task_locked(int worker, uint64_t task) {
   Slot& s = *slots_[static_cast<size_t>(worker)];
   HeldTask* t = s.life.find(task);
   if (!t) return;
-  // A worker being restarted gets its held tasks when its next incarnation starts.
-  if (s.life.state() == WorkerLifecycle::State::Restarting) return;
+  // A worker being restarted gets its held tasks when its next incarnation's link
+  // exists (restart() sends them after the incarnation's first frames).
+  if (s.life.state() == WorkerLifecycle::State::Restarting || !s.link) return;
   if (t->slab == 0) {
     std::optional<uint64_t> slab;
     try {
@@ -324,6 +334,9 @@ void Pipeline::send_task_locked(int worker, uint64_t task) {
   put_u64(b, t->indices.size());
   // The indices as put_u64 would write them, one by one (host order), in one append.
   b.append(reinterpret_cast<const char*>(t->indices.data()), t->indices.size() * sizeof(int64_t));
+  // Through the task ring, after the socket frames queued so far (the AddSlab above);
+  // on the socket when the ring is full or the task too large for it.
+  if (rings_->post_task(worker, s.socket_queued, b)) return;
   queue_locked(worker, FrameType::Task, std::move(b));
 }
 
@@ -495,6 +508,7 @@ void Pipeline::shutdown() {
     if (s->link) links.push_back(std::move(s->link));
     s->outbox.clear();
   }
+  rings_->close_all();  // a worker asleep on its task ring wakes and ends
   for (auto& l : links) l->send(FrameType::Shutdown, {});
   for (auto& l : links) l->stop();
   links.clear();

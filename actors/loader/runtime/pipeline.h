@@ -16,7 +16,8 @@
 //                       result rings (shared memory, no system call), pops the next
 //                       result (sleeps on the rings' doorbell only when none is
 //                       ready), returns its credit and dispatches the next task (a
-//                       Task frame to the worker's socket).
+//                       Task frame in the worker's task ring; the worker is woken
+//                       only if it sleeps).
 //   reader thread k     on_frame(): every other frame of worker k (ready, errors, a
 //                       batch too large for a ring...); on_down(): takes what the dead
 //                       incarnation left in its ring first.  The application thread is
@@ -57,7 +58,7 @@
 
 #include "loader/fetch.h"
 #include "loader/runtime/reorder_buffer.h"
-#include "loader/runtime/result_rings.h"
+#include "loader/runtime/worker_rings.h"
 #include "loader/runtime/shm.h"
 #include "loader/runtime/slab_store.h"
 #include "loader/runtime/supervisor_actor.h"
@@ -169,6 +170,7 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
     std::unique_ptr<WorkerLink> link;
     std::shared_ptr<ShmSegment> state_page;  ///< RngStatePage, kept across incarnations
     std::vector<OutFrame> outbox;
+    uint64_t socket_queued = 0;       ///< frames queued for the socket of this incarnation (worker_rings.h)
     std::mutex flush_mu;
     std::set<uint64_t> announced;     ///< slabs the current incarnation has mapped
     size_t dropped_cursor = 0;        ///< SlabStore::dropped_since
@@ -209,7 +211,7 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
   bool iterable_ = false;
 
   mutable std::mutex mu_;
-  std::unique_ptr<ResultRings> rings_;  ///< Result frames in shared memory; its doorbell wakes next()
+  std::unique_ptr<WorkerRings> rings_;  ///< Task and Result frames in shared memory; its doorbell wakes next()
   bool closed_ = false;
   uint64_t epoch_ = 0;             ///< 0: no epoch running
   uint64_t epochs_started_ = 0;

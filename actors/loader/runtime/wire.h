@@ -24,7 +24,7 @@ enum class FrameType : uint8_t {
   Shutdown = 7,
   StatePage = 8, ///< size; carries the descriptor of the worker's RNG state page
   SetRng = 9,    ///< generator state bytes: resume the random stream (restarted worker)
-  Rings = 10,    ///< capacity, rings, ring index, generation; carries the result rings' descriptor
+  Rings = 10,    ///< capacity, workers, worker index, generation; carries the task and result rings' descriptor
   // worker -> parent
   Ready = 64,     ///< pid
   InitError = 65, ///< error type, message (dataset could not be built, worker_init_fn threw)

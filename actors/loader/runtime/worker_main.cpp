@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "loader/error.h"
-#include "loader/runtime/result_rings.h"
+#include "loader/runtime/worker_rings.h"
 #include "loader/runtime/rng_state_page.h"
 #include "loader/runtime/shm.h"
 #include "loader/runtime/wire.h"
@@ -25,14 +25,16 @@ namespace {
 // A Result goes into this worker's result ring (read by the main process without a
 // reader-thread hop); everything else, and a Result too large for the ring, goes on the
 // socket.
-bool send_reply(int sock, const WorkerReply& r, RingWriter* ring) {
+// The main process closed the link (or died): EOF or a hang-up on the socket.
+bool peer_gone(int sock) {
+  pollfd p{sock, POLLRDHUP, 0};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+bool send_reply(int sock, const WorkerReply& r, WorkerRingEnd* ring) {
   auto [type, body] = encode_reply(r);
   if (ring && r.kind == WorkerReply::Kind::Result) {
-    auto peer_gone = [sock] {  // the main process closed the link (or died)
-      pollfd p{sock, POLLRDHUP, 0};
-      return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-    };
-    if (ring->write(static_cast<FrameType>(type), body, peer_gone)) return true;
+    if (ring->write_result(static_cast<FrameType>(type), body, [sock] { return peer_gone(sock); })) return true;
   }
   return write_frame(sock, static_cast<FrameType>(type), body);
 }
@@ -52,17 +54,14 @@ int run_worker_loop(int sock, pid_t parent) {
   ShmMapping state_mapping;
   std::unique_ptr<RngStatePage> state_page;
   ShmMapping rings_mapping;
-  std::unique_ptr<RingWriter> ring;
+  std::unique_ptr<WorkerRingEnd> ring;
   {
     std::string hello;
     put_u64(hello, static_cast<uint64_t>(parent ? getpid() : 0));
     if (!write_frame(sock, FrameType::Hello, hello)) return 0;
   }
-  Frame f;
-  while (true) {
-    // Blocking: the worker ends on EOF, which also comes when the parent dies (and
-    // PR_SET_PDEATHSIG kills it then anyway).
-    if (read_frame(sock, f, -1) != ReadStatus::Ok) return 0;  // EOF: the parent closed the link or died
+  // Handles one frame: -1 to go on, else the loop's exit status.
+  auto handle = [&](Frame& f) -> int {
     try {
       Reader in(f.body);
       switch (f.type) {
@@ -94,17 +93,17 @@ int run_worker_loop(int sock, pid_t parent) {
         case FrameType::Rings: {
           RingLayout layout;
           layout.capacity = in.u64();
-          const uint64_t rings = in.u64();
+          const uint64_t workers = in.u64();
           const uint64_t index = in.u64();
           const uint64_t generation = in.u64();
-          if (f.fd < 0 || rings == 0 || rings > 1u << 16 || index >= rings || layout.capacity < 4096 ||
+          if (f.fd < 0 || workers == 0 || workers > 1u << 16 || index >= workers || layout.capacity < 4096 ||
               layout.capacity > (uint64_t{1} << 30))
             throw RuntimeError("Rings frame without usable rings");
-          layout.rings = static_cast<int>(rings);
+          layout.workers = static_cast<int>(workers);
           rings_mapping = ShmMapping(f.fd, layout.bytes());
           f.fd = -1;
-          ring = std::make_unique<RingWriter>(rings_mapping.data(), layout, static_cast<int>(index),
-                                              static_cast<uint32_t>(generation));
+          ring = std::make_unique<WorkerRingEnd>(rings_mapping.data(), layout, static_cast<int>(index),
+                                                 static_cast<uint32_t>(generation));
           break;
         }
         case FrameType::SetRng: {
@@ -171,6 +170,63 @@ int run_worker_loop(int sock, pid_t parent) {
       close(f.fd);
       f.fd = -1;
     }
+    return -1;
+  };
+  // Frames come from the socket (every frame until the rings arrive, then whatever the
+  // main process did not put in the task ring) and from the task ring.  A task from the
+  // ring runs only after the socket frames queued before it were read, so frames are
+  // handled in the order the main process queued them (worker_rings.h).
+  uint64_t socket_read = 0;  // frames read from the socket, all of them counted
+  auto read_socket = [&](Frame& f) {
+    // Blocking: the worker ends on EOF, which also comes when the parent dies (and
+    // PR_SET_PDEATHSIG kills it then anyway).
+    if (read_frame(sock, f, -1) != ReadStatus::Ok) return false;  // EOF: the parent closed the link or died
+    ++socket_read;
+    return true;
+  };
+  Frame f;
+  Frame g;
+  while (true) {
+    if (!ring) {
+      if (!read_socket(f)) return 0;
+      if (int rc = handle(f); rc >= 0) return rc;
+      continue;
+    }
+    // 1: a task from the ring, 2: a socket frame is due, 0: nothing.
+    uint64_t before = 0;
+    auto look = [&]() -> int {
+      try {
+        const uint64_t written = ring->socket_frames();  // first: a task published before it is seen below
+        if (ring->take_task(f, before)) return 1;
+        return socket_read < written ? 2 : 0;
+      } catch (const std::exception& e) {
+        send_error(sock, "RuntimeError", std::string("worker protocol error: ") + e.what());
+        return -1;
+      }
+    };
+    int what = look();
+    if (what == 0) {
+      if (ring->closed()) return 0;
+      const uint32_t seq = ring->prepare_sleep();
+      what = look();  // once more after saying it sleeps: a frame posted meanwhile rings the bell
+      bool timed_out = false;
+      if (what == 0 && !ring->closed()) timed_out = ring->sleep(seq, std::chrono::milliseconds(100));
+      ring->awake();
+      if (what == 0) {
+        if (timed_out && peer_gone(sock)) return 0;  // the main process vanished without closing
+        continue;
+      }
+    }
+    if (what < 0) return 2;
+    if (what == 1) {
+      while (socket_read < before) {
+        if (!read_socket(g)) return 0;
+        if (int rc = handle(g); rc >= 0) return rc;
+      }
+    } else if (!read_socket(f)) {
+      return 0;
+    }
+    if (int rc = handle(f); rc >= 0) return rc;
   }
 }
 
