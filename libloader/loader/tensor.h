@@ -37,6 +37,24 @@ class Dims {
     if (this != &o) assign(o.data(), o.size());
     return *this;
   }
+  // Moves keep Tensor and Value moves cheap (a Value is moved several times on its way
+  // from a dataset into a batch): the heap part is stolen, the inline part copied.
+  Dims(Dims&& o) noexcept : heap_(std::move(o.heap_)), n_(o.n_) {
+    if (n_ <= kInline)
+      for (size_t i = 0; i < n_; ++i) inline_[i] = o.inline_[i];
+    o.n_ = 0;
+  }
+  Dims& operator=(Dims&& o) noexcept {
+    if (this != &o) {
+      heap_ = std::move(o.heap_);
+      n_ = o.n_;
+      if (n_ <= kInline)
+        for (size_t i = 0; i < n_; ++i) inline_[i] = o.inline_[i];
+      o.heap_.clear();
+      o.n_ = 0;
+    }
+    return *this;
+  }
 
   size_t size() const noexcept { return n_; }
   bool empty() const noexcept { return n_ == 0; }
