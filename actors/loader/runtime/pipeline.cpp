@@ -77,8 +77,7 @@ void Pipeline::start_workers() {
       gen = begin_incarnation_locked(s);
     }
     try {
-      WorkerLink::Spec spec{static_cast<int>(w), gen, config_.in_process, config_.executable};
-      auto link = std::make_unique<WorkerLink>(spec, this);
+      auto link = make_link(Link::Spec{static_cast<int>(w), gen, config_.in_process, config_.executable});
       std::lock_guard<std::mutex> lock(mu_);
       s.life.set_pid(gen, link->pid());
       s.link = std::move(link);
@@ -96,7 +95,7 @@ void Pipeline::start_workers() {
 void Pipeline::restart(int worker, uint32_t gen) {
   Slot& s = *slots_[static_cast<size_t>(worker)];
   std::lock_guard<std::mutex> fl(s.flush_mu);
-  std::unique_ptr<WorkerLink> old;
+  std::unique_ptr<Link> old;
   uint32_t next;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -105,9 +104,9 @@ void Pipeline::restart(int worker, uint32_t gen) {
     next = begin_incarnation_locked(s);
   }
   old.reset();  // its reader has finished and its process is reaped: nothing waits here
-  std::unique_ptr<WorkerLink> link;
+  std::unique_ptr<Link> link;
   try {
-    link = std::make_unique<WorkerLink>(WorkerLink::Spec{worker, next, config_.in_process, config_.executable}, this);
+    link = make_link(Link::Spec{worker, next, config_.in_process, config_.executable});
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(mu_);
     worker_failed_locked(worker, "RuntimeError",
@@ -158,7 +157,7 @@ void Pipeline::flush(int worker) {
 
 void Pipeline::write_outbox(Slot& s) {
   std::vector<OutFrame> frames;
-  WorkerLink* link;
+  Link* link;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (s.outbox.empty() || !s.link || closed_) return;
@@ -172,6 +171,11 @@ void Pipeline::write_outbox(Slot& s) {
   }
   // Tasks in the ring that come after these frames may run now (worker_rings.h).
   rings_->socket_frames_written(s.life.id(), link->generation(), sent);
+}
+
+std::unique_ptr<Link> Pipeline::make_link(const Link::Spec& spec) {
+  if (config_.make_link) return config_.make_link(spec, this);
+  return std::make_unique<WorkerLink>(spec, this);
 }
 
 void Pipeline::flush_all() {
@@ -501,7 +505,7 @@ void Pipeline::shutdown() {
   }
   // Fixed order: every link is told first (the workers exit on EOF together), then
   // each is stopped (reader joined, process reaped).  Slots keep their lifecycle.
-  std::vector<std::unique_ptr<WorkerLink>> links;
+  std::vector<std::unique_ptr<Link>> links;
   for (auto& s : slots_) {
     std::lock_guard<std::mutex> fl(s->flush_mu);
     std::lock_guard<std::mutex> lock(mu_);
@@ -680,7 +684,7 @@ void Pipeline::watchdog(std::chrono::milliseconds tick) {
   const auto now = std::chrono::steady_clock::now();
   for (auto& sp : slots_) {
     Slot& s = *sp;
-    WorkerLink* link;
+    Link* link;
     bool hello;
     std::chrono::steady_clock::time_point started;
     {

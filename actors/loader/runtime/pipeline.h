@@ -90,6 +90,8 @@ struct PipelineConfig {
   std::optional<uint64_t> batch_bytes;  ///< slab size hint from sample_spec()
   /// How long a started process may take to say hello (enter run_worker_if_requested).
   std::chrono::milliseconds hello_deadline{10000};
+  /// Makes each incarnation's link; empty: a WorkerLink (a local process or thread).
+  LinkFactory make_link;
 };
 
 /// How the pipeline asks its supervisor to act outside the calling thread.
@@ -167,7 +169,7 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
   struct Slot {
     explicit Slot(int id, int max_restarts, bool restartable) : life(id, max_restarts, restartable) {}
     WorkerLifecycle life;
-    std::unique_ptr<WorkerLink> link;
+    std::unique_ptr<Link> link;
     std::shared_ptr<ShmSegment> state_page;  ///< RngStatePage, kept across incarnations
     std::vector<OutFrame> outbox;
     uint64_t socket_queued = 0;       ///< frames queued for the socket of this incarnation (worker_rings.h)
@@ -199,6 +201,7 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
   bool releasable_locked() const;
   void notify_locked();
   void flush_all();
+  std::unique_ptr<Link> make_link(const Link::Spec& spec);
   /// Takes every Result frame the workers have published in the result rings (all
   /// rings, or only `worker`'s) into the reorder buffer, as on_frame would.
   /// Returns how many it took.

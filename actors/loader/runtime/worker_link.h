@@ -1,6 +1,7 @@
-// WorkerLink: one incarnation of a worker (a child process, or a thread for
-// WorkerMode::InProcess), the socket to it and the thread that reads that socket.
-// Owned by exactly one WorkerPool slot; move-free (held by unique_ptr).
+// Link: one incarnation of a worker as the pipeline sees it (an interface; the
+// pipeline makes its links through a LinkFactory).  WorkerLink: the local one, a child
+// process (or a thread for WorkerMode::InProcess), the socket to it and the thread that
+// reads that socket.  Owned by exactly one Pipeline slot; move-free (held by unique_ptr).
 //
 // Threads and who calls what:
 //   - start(), stop(), kill_frozen(): the owner (the pool: application thread or
@@ -19,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,7 +42,13 @@ class LinkEvents {
   virtual void on_down(int worker, uint32_t gen, const WorkerExit& how) = 0;
 };
 
-class WorkerLink {
+/// One incarnation of a worker as the pipeline sees it: frames out (`send`), events in
+/// (LinkEvents, on a thread of the link's own), teardown.  WorkerLink below is the
+/// local one; the pipeline makes its links through a LinkFactory, so another kind plugs
+/// in without a change to the pipeline: the scripted links of the pipeline's
+/// deterministic tests (pipeline_test.cpp), and a worker on another host (a link
+/// whose frames travel over the network, batches inline) in time.
+class Link {
  public:
   struct Spec {
     int worker_id = 0;
@@ -48,29 +56,50 @@ class WorkerLink {
     bool in_process = false;     ///< a thread of this process instead of a child process
     std::string executable;      ///< worker program; empty: this program (/proc/self/exe)
   };
+  virtual ~Link() = default;
+
+  /// Writes one frame (optionally passing `fd`).  False once the link is broken.
+  virtual bool send(FrameType type, const std::string& body, int fd = -1) = 0;
+  /// Ends the incarnation.  Idempotent.
+  virtual void stop() = 0;
+  /// For the watchdog: the process is frozen (or exited while a grandchild keeps
+  /// the socket open, or never said hello): kill it; the link reports `how` (on_down).
+  virtual void kill_with_reason(const WorkerExit& how) = 0;
+  /// The process state letter from /proc ('R', 'S', 'T', ...; '?' for a thread).
+  virtual char process_state() const = 0;
+  /// How the process ended, when it exited but its socket is still open (a
+  /// grandchild holds it); nullopt while it runs.  Does not reap.
+  virtual std::optional<WorkerExit> exited_with_socket_open() const = 0;
+  /// The worker's pid (-1: a thread, or no local process).
+  virtual int pid() const = 0;
+  virtual uint32_t generation() const = 0;
+};
+
+/// Makes the link of one incarnation; throws RuntimeError when the worker cannot start.
+/// `events` outlives the link.  Called by the pipeline (application thread or supervisor).
+using LinkFactory = std::function<std::unique_ptr<Link>(const Link::Spec& spec, LinkEvents* events)>;
+
+/// The local link: a child process (or a thread), its socket and its reader thread.
+class WorkerLink final : public Link {
+ public:
+  using Spec = Link::Spec;
 
   /// Starts the worker and its reader.  Throws RuntimeError when it cannot start.
   /// `events` must outlive the link (the pipeline owns its links).
   WorkerLink(const Spec& spec, LinkEvents* events);
-  ~WorkerLink();
+  ~WorkerLink() override;
   WorkerLink(const WorkerLink&) = delete;
   WorkerLink& operator=(const WorkerLink&) = delete;
 
-  /// Writes one frame (optionally passing `fd`).  False once the link is broken.
-  bool send(FrameType type, const std::string& body, int fd = -1);
+  bool send(FrameType type, const std::string& body, int fd = -1) override;
   /// Ends the incarnation (see the teardown order above).  Idempotent.
-  void stop();
-  /// For the watchdog: the process is frozen (or exited while a grandchild keeps
-  /// the socket open, or never said hello): kill it; the reader reports `how`.
-  void kill_with_reason(const WorkerExit& how);
-  /// The process state letter from /proc ('R', 'S', 'T', ...; '?' for a thread).
-  char process_state() const;
-  /// How the process ended, when it exited but its socket is still open (a
-  /// grandchild holds it); nullopt while it runs.  Does not reap.
-  std::optional<WorkerExit> exited_with_socket_open() const;
+  void stop() override;
+  void kill_with_reason(const WorkerExit& how) override;
+  char process_state() const override;
+  std::optional<WorkerExit> exited_with_socket_open() const override;
 
-  int pid() const { return pid_; }
-  uint32_t generation() const { return spec_.generation; }
+  int pid() const override { return pid_; }
+  uint32_t generation() const override { return spec_.generation; }
   int worker_id() const { return spec_.worker_id; }
 
  private:
