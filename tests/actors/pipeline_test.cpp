@@ -287,16 +287,17 @@ TEST_F(PipelineScripted, TasksGoRoundRobinAgainstCreditsAndLeaveInTaskOrder) {
 
 TEST_F(PipelineScripted, ATaskTooLargeForTheRingTakesTheSocketInItsPlace) {
   make(1, 2);
-  // Task 0 has 20,000 indices (160 KB: more than half a ring), task 1 has 10,000.
-  const uint64_t epoch = pipeline_->begin_epoch(batches_of(30000, 20000), false);
+  // Task 0 has 10,000 indices (80 KB: more than half a ring of 128 KiB), task 1 has 2,000.
+  const uint64_t epoch = pipeline_->begin_epoch(batches_of(12000, 10000), false);
   auto got = take_tasks(0);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].task, 0u);
   EXPECT_FALSE(got[0].from_ring);
-  EXPECT_EQ(got[0].indices.size(), 20000u);
+  EXPECT_EQ(got[0].indices.size(), 10000u);
   EXPECT_EQ(got[1].task, 1u);
   EXPECT_TRUE(got[1].from_ring) << "the next task still takes the ring, after the socket's";
-  EXPECT_EQ(got[1].indices.front(), 20000);
+  EXPECT_EQ(got[1].indices.front(), 10000);
+  EXPECT_EQ(got[1].indices.size(), 2000u);
   answer(0, got[0]);
   answer(0, got[1]);
   EXPECT_EQ(next_now(epoch).task, 0u);

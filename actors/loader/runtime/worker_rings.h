@@ -76,7 +76,10 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
 struct RingLayout {
   static constexpr size_t kDoorbellBytes = 4096;
   static constexpr size_t kHeaderBytes = 256;
-  static constexpr uint64_t kDefaultCapacity = 256 * 1024;  ///< data bytes per ring
+  /// Data bytes per ring: a task of up to 8,000 indices, a result of up to 64 KiB (a
+  /// batch in a slab takes a few hundred bytes); larger frames take the socket.  Two
+  /// rings per worker: 256 KiB of shared memory per worker.
+  static constexpr uint64_t kDefaultCapacity = 128 * 1024;
   int workers = 0;
   uint64_t capacity = 0;
   size_t bytes() const { return kDoorbellBytes + static_cast<size_t>(workers) * 2 * (kHeaderBytes + capacity); }
