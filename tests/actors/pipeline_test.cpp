@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "loader/runtime/pipeline.h"
+#include "loader/runtime/rng_state_page.h"
 #include "loader/runtime/supervisor_actor.h"
 #include "loader/samplers.h"
 
@@ -33,6 +34,7 @@ struct Incarnation {
   size_t socket_read = 0;     ///< frames the test's worker has read
   std::set<uint64_t> mapped;  ///< slabs announced (AddSlab) to the test's worker so far
   ShmMapping rings_mapping;
+  ShmMapping state_mapping;   ///< its RNG state page (the worker records each task it starts)
   std::unique_ptr<WorkerRingEnd> ring;
   bool stopped = false;
 };
@@ -52,6 +54,7 @@ class ScriptedLink final : public Link {
       inc_->rings_mapping = ShmMapping(dup(fd), layout.bytes());
       inc_->ring = std::make_unique<WorkerRingEnd>(inc_->rings_mapping.data(), layout, index, generation);
     }
+    if (type == FrameType::StatePage) inc_->state_mapping = ShmMapping(dup(fd), Reader(body).u64());
     inc_->socket.push_back(Frame{type, body, -1});
     return true;
   }
@@ -358,6 +361,43 @@ TEST_F(PipelineScripted, AWorkerThatDiesWithNoRestartLeftFailsTheEpochWithPyTorc
   // The next epoch gets the same error at once: a dead worker stays dead.
   const uint64_t next = pipeline_->begin_epoch(batches_of(12, 2), false);
   EXPECT_EQ(next_now(next).kind, Delivery::Kind::Fatal);
+}
+
+TEST_F(PipelineScripted, AKeptWorkerThatDiesBeforeItsFirstTaskOfAnEpochIsReplacedForFree) {
+  // A non-persistent loader keeps its idle pool and re-initialises it for the next epoch
+  // (fresh-worker semantics). A worker that dies before it starts a task of that epoch
+  // died between epochs: PyTorch would have started a fresh process anyway.
+  make(2, 2);  // no restarts allowed
+  std::vector<WorkerConfig> configs;
+  for (int w = 0; w < 2; ++w) {
+    WorkerConfig c;
+    c.worker_id = w;
+    c.num_workers = 2;
+    c.seed = 200 + static_cast<uint64_t>(w);
+    c.dataset = DatasetHandle{"scripted", Value()};
+    configs.push_back(c);
+  }
+  pipeline_->reinit(configs);
+  const uint32_t old_gen = current(0).gen;
+  pipeline_->on_down(0, old_gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
+  ASSERT_TRUE(sched_.try_run_once()) << "the supervisor restarts it";
+  ASSERT_EQ(incarnations_[0].size(), 2u);
+  EXPECT_EQ(current(0).gen, old_gen + 1);
+  say_ready(0);
+  const uint64_t epoch = pipeline_->begin_epoch(batches_of(8, 2), false);
+  auto w0 = take_tasks(0);
+  auto w1 = take_tasks(1);
+  ASSERT_EQ(w0.size(), 2u);
+  for (const Got& g : w0) answer(0, g);
+  for (const Got& g : w1) answer(1, g);
+  for (uint64_t t = 0; t < 4; ++t) EXPECT_EQ(next_now(epoch).task, t);
+  // Worker 1 has started a task of this epoch (its state page says so): its death is a
+  // death in the epoch, fatal without restarts, whatever pool it came from.
+  pipeline_->reinit(configs);
+  RngStatePage(current(1).state_mapping.data()).write(1000, RngStatePage::Before, Generator(1));
+  pipeline_->on_down(1, current(1).gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
+  EXPECT_FALSE(sched_.try_run_once()) << "no restart";
+  EXPECT_EQ(pipeline_->worker_state(1), WorkerLifecycle::State::Dead);
 }
 
 }  // namespace

@@ -91,6 +91,28 @@ TEST(WorkerLifecycle, IterableWorkersAreNotRestartedAndSaySo) {
   EXPECT_NE(d.message.find("iterable datasets are not restarted"), std::string::npos) << d.message;
 }
 
+TEST(WorkerLifecycle, ADeathBetweenEpochsIsReplacedWithoutCountingEvenWithoutRestarts) {
+  // An iterable worker (not restartable) with max_restarts = 0: a death between epochs
+  // still gets a fresh worker, as PyTorch's next epoch would have started one.
+  WorkerLifecycle l(0, 0, false);
+  uint32_t g = l.start();
+  l.set_pid(g, 77);
+  l.ready(g);
+  l.hold(9, HeldTask{2, {}, 3});
+  auto d = l.down(g, killed(), /*between_epochs=*/true);
+  ASSERT_EQ(d.kind, Kind::Restart);
+  EXPECT_EQ(d.reissue, (std::vector<uint64_t>{9}));
+  EXPECT_EQ(d.message.rfind("DataLoader worker (pid 77) is killed by signal: Killed.", 0), 0u) << d.message;
+  EXPECT_NE(d.message.find("between epochs"), std::string::npos) << d.message;
+  EXPECT_EQ(l.restarts(), 0);
+  EXPECT_EQ(l.state(), State::Restarting);
+  // The next incarnation's death is an ordinary one: fatal here.
+  uint32_t g2 = l.start();
+  EXPECT_EQ(g2, g + 1);
+  l.ready(g2);
+  EXPECT_EQ(l.down(g2, killed()).kind, Kind::Fail);
+}
+
 TEST(WorkerLifecycle, FailIsForTheCurrentIncarnationOnly) {
   WorkerLifecycle l(0, 0, true);
   uint32_t g = l.start();

@@ -44,6 +44,7 @@ uint32_t Pipeline::begin_incarnation_locked(Slot& s) {
   s.stopped_ticks = 0;
   s.outbox.clear();  // frames for an older incarnation
   s.socket_queued = 0;
+  s.renewed = false;
   // The rings are the new incarnation's: the previous one is dead (reaped) or never ran,
   // and on_down took what it had published.
   rings_->reset(s.life.id(), gen);
@@ -219,6 +220,7 @@ void Pipeline::reinit(std::vector<WorkerConfig> workers) {
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
       s.rng_floor = dispatcher_ ? std::max(next_task_, dispatcher_->next_task()) : next_task_;
+      s.renewed = true;
       queue_locked(static_cast<int>(w), FrameType::Init, encoded_config(config_.workers[w]));
     }
   }
@@ -632,7 +634,15 @@ void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
     // What the incarnation published before it went down counts (answered tasks are not
     // re-sent); nothing more can come from it.
     if (s.life.current(gen) && drain_rings_locked(flush_needed, worker) > 0) notify_locked();
-    auto d = s.life.down(gen, how);
+    // A kept worker that died before it started a task of the epoch it was
+    // re-initialised for died between epochs (its state page has no record of such a
+    // task): replaced for free, as PyTorch's fresh workers would have been.
+    bool between_epochs = false;
+    if (s.renewed && s.life.current(gen) && s.state_page) {
+      auto before = RngStatePage(s.state_page->data()).read(RngStatePage::Before);
+      between_epochs = !before || before->task < s.rng_floor;
+    }
+    auto d = s.life.down(gen, how, between_epochs);
     switch (d.kind) {
       case WorkerLifecycle::Decision::Kind::Ignore: return;
       case WorkerLifecycle::Decision::Kind::Restart:

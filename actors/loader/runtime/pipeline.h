@@ -181,6 +181,7 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
     std::chrono::steady_clock::time_point started;
     int stopped_ticks = 0;            ///< supervisor only
     uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
+    bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
   };
 
   /// A new generation for `s` (lifecycle Starting, hello/watchdog state reset).

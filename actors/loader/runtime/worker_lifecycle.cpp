@@ -88,11 +88,20 @@ bool WorkerLifecycle::ready(uint32_t gen) {
   return true;
 }
 
-WorkerLifecycle::Decision WorkerLifecycle::down(uint32_t gen, const WorkerExit& how) {
+WorkerLifecycle::Decision WorkerLifecycle::down(uint32_t gen, const WorkerExit& how, bool between_epochs) {
   Decision d;
   if (!current(gen) || state_ == State::Restarting) return d;  // stale, or already handled
   const std::string sentence = how.pytorch_sentence(pid_);
   std::string held = describe_held();
+  if (between_epochs) {
+    state_ = State::Restarting;
+    d.kind = Decision::Kind::Restart;
+    for (const auto& [task, t] : held_) d.reissue.push_back(task);
+    d.message = sentence + " DataLoader worker " + std::to_string(id_) +
+                " died between epochs, before it started any task of this one: a fresh worker replaces it, "
+                "as a new epoch starts fresh workers (nothing is lost; not counted as a restart).";
+    return d;
+  }
   if (restartable_ && restarts_ < max_restarts_) {
     ++restarts_;
     state_ = State::Restarting;

@@ -13,6 +13,8 @@
 //                                                               kept: every later epoch
 //     fail(g, why) from any state ─────────────────────►  Dead  gets it at once)
 //
+//     down(g, between_epochs) ──► Restarting, always (not counted: see down())
+//
 // Generations: every process (or thread) incarnation of the slot gets a new
 // generation g, and every event names the generation it comes from.  An event of an
 // older generation is stale and ignored, so a link-down posted by the reader of a
@@ -74,7 +76,11 @@ class WorkerLifecycle {
   /// The incarnation `gen` finished its start-up handshake.
   bool ready(uint32_t gen);
   /// The incarnation `gen` is gone (`how`): restart it or fail for good.
-  Decision down(uint32_t gen, const WorkerExit& how);
+  /// `between_epochs`: it was a kept worker of a non-persistent pool that died before it
+  /// started any task of the epoch it was re-initialised for.  PyTorch would have
+  /// started a fresh process for that epoch anyway, so it is replaced without counting
+  /// against max_restarts (also for iterable datasets: it produced nothing yet).
+  Decision down(uint32_t gen, const WorkerExit& how, bool between_epochs = false);
   /// The slot fails for good (init error, protocol error, failed restart).
   /// Returns false when `gen` is stale or the slot is already dead.
   bool fail(uint32_t gen, const std::string& type, const std::string& message);
