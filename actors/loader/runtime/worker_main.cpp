@@ -22,15 +22,15 @@ namespace loader::runtime {
 
 namespace {
 
-// A Result goes into this worker's result ring (read by the main process without a
-// reader-thread hop); everything else, and a Result too large for the ring, goes on the
-// socket.
 // The main process closed the link (or died): EOF or a hang-up on the socket.
 bool peer_gone(int sock) {
   pollfd p{sock, POLLRDHUP, 0};
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+// A Result goes into this worker's result ring (read by the main process without a
+// reader-thread hop); everything else, and a Result too large for the ring, goes on the
+// socket.
 bool send_reply(int sock, const WorkerReply& r, WorkerRingEnd* ring) {
   auto [type, body] = encode_reply(r);
   if (ring && r.kind == WorkerReply::Kind::Result) {
