@@ -6,8 +6,6 @@
 // socket and ring frames, and the restart protocol are checked exactly.
 #include <gtest/gtest.h>
 
-#include <caf/all.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
 
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "deterministic_system.h"
 #include "loader/runtime/pipeline.h"
 #include "loader/runtime/rng_state_page.h"
 #include "loader/runtime/supervisor_actor.h"
@@ -91,7 +90,7 @@ Got parse_task(const Frame& f, bool from_ring) {
 class PipelineScripted : public ::testing::Test {
  protected:
   PipelineScripted()
-      : sys_(config()), sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {}
+      : sys_(deterministic_config()), sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {}
   ~PipelineScripted() override {
     if (pipeline_) {
       caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
@@ -100,28 +99,23 @@ class PipelineScripted : public ::testing::Test {
     }
   }
 
-  static caf::actor_system_config& config() {
-    static caf::actor_system_config cfg;
-    static bool done = false;
-    if (!done) {
-      cfg.set("scheduler.policy", caf::atom("testing"));
-      cfg.set("logger.verbosity", caf::atom("quiet"));
-      cfg.set("logger.console", caf::atom("none"));
-      done = true;
-    }
-    return cfg;
-  }
-
-  void make(int workers, int prefetch, int max_restarts = 0) {
-    PipelineConfig cfg;
+  /// One configuration per worker, seeded `seed + id`.
+  static std::vector<WorkerConfig> configs(int workers, uint64_t seed) {
+    std::vector<WorkerConfig> out;
     for (int w = 0; w < workers; ++w) {
       WorkerConfig c;
       c.worker_id = w;
       c.num_workers = workers;
-      c.seed = 100 + static_cast<uint64_t>(w);
+      c.seed = seed + static_cast<uint64_t>(w);
       c.dataset = DatasetHandle{"scripted", Value()};
-      cfg.workers.push_back(c);
+      out.push_back(c);
     }
+    return out;
+  }
+
+  void make(int workers, int prefetch, int max_restarts = 0) {
+    PipelineConfig cfg;
+    cfg.workers = configs(workers, 100);
     cfg.prefetch_factor = prefetch;
     cfg.max_restarts = max_restarts;
     cfg.batch_bytes = 4096;  // slabs sized before the first task: every task has one
@@ -368,16 +362,8 @@ TEST_F(PipelineScripted, AKeptWorkerThatDiesBeforeItsFirstTaskOfAnEpochIsReplace
   // (fresh-worker semantics). A worker that dies before it starts a task of that epoch
   // died between epochs: PyTorch would have started a fresh process anyway.
   make(2, 2);  // no restarts allowed
-  std::vector<WorkerConfig> configs;
-  for (int w = 0; w < 2; ++w) {
-    WorkerConfig c;
-    c.worker_id = w;
-    c.num_workers = 2;
-    c.seed = 200 + static_cast<uint64_t>(w);
-    c.dataset = DatasetHandle{"scripted", Value()};
-    configs.push_back(c);
-  }
-  pipeline_->reinit(configs);
+  const std::vector<WorkerConfig> fresh = configs(2, 200);
+  pipeline_->reinit(fresh);
   const uint32_t old_gen = current(0).gen;
   pipeline_->on_down(0, old_gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
   ASSERT_TRUE(sched_.try_run_once()) << "the supervisor restarts it";
@@ -393,7 +379,7 @@ TEST_F(PipelineScripted, AKeptWorkerThatDiesBeforeItsFirstTaskOfAnEpochIsReplace
   for (uint64_t t = 0; t < 4; ++t) EXPECT_EQ(next_now(epoch).task, t);
   // Worker 1 has started a task of this epoch (its state page says so): its death is a
   // death in the epoch, fatal without restarts, whatever pool it came from.
-  pipeline_->reinit(configs);
+  pipeline_->reinit(fresh);
   RngStatePage(current(1).state_mapping.data()).write(1000, RngStatePage::Before, Generator(1));
   pipeline_->on_down(1, current(1).gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
   EXPECT_FALSE(sched_.try_run_once()) << "no restart";

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "deterministic_system.h"
 #include "loader/runtime/supervisor_actor.h"
 
 namespace loader::runtime {
@@ -32,18 +33,10 @@ class FakePipeline : public Supervised {
 
 class SupervisorActor : public ::testing::Test {
  protected:
-  SupervisorActor() : cfg_(make_config()), sys_(cfg_), sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {}
-  static caf::actor_system_config& make_config() {
-    static caf::actor_system_config cfg;
-    static bool done = false;
-    if (!done) {
-      cfg.set("scheduler.policy", caf::atom("testing"));
-      cfg.set("logger.verbosity", caf::atom("quiet"));
-      cfg.set("logger.console", caf::atom("none"));
-      done = true;
-    }
-    return cfg;
-  }
+  SupervisorActor()
+      : cfg_(deterministic_config()),
+        sys_(cfg_),
+        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {}
   caf::actor_system_config& cfg_;
   caf::actor_system sys_;
   caf::scheduler::test_coordinator& sched_;
