@@ -205,21 +205,25 @@ int workload_number(const std::string& name) { return workload_info(name).name[1
 
 std::string errno_text() { return std::strerror(errno); }
 
-/// A read-only (or read-write) shared mapping of a whole file; unmapped on destruction.
+/// A read-only (or read-write) shared mapping of a whole file, and (optionally) the
+/// file's descriptor; unmapped and closed on destruction.
 class Mapping {
  public:
-  Mapping(void* p, size_t len) : p_(p), len_(len) {}
+  Mapping(void* p, size_t len, int fd = -1) : p_(p), len_(len), fd_(fd) {}
   ~Mapping() {
     if (p_ != nullptr && p_ != MAP_FAILED) ::munmap(p_, len_);
+    if (fd_ >= 0) ::close(fd_);
   }
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   uint8_t* data() const noexcept { return static_cast<uint8_t*>(p_); }
   size_t size() const noexcept { return len_; }
+  int fd() const noexcept { return fd_; }
 
  private:
   void* p_;
   size_t len_;
+  int fd_;
 };
 
 std::shared_ptr<Mapping> map_file_uncached(const std::string& path, int workload, int64_t n);
@@ -262,11 +266,13 @@ std::shared_ptr<Mapping> map_file_uncached(const std::string& path, int workload
                      std::to_string(workload) + "\", " + std::to_string(n) + ")");
   }
   void* p = ::mmap(nullptr, want.total_bytes, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED)
+  if (p == MAP_FAILED) {
+    std::string why = errno_text();
+    ::close(fd);
     throw RuntimeError("bench dataset: mmap of '" + path + "' (" + std::to_string(want.total_bytes) +
-                       " bytes) failed: " + errno_text());
-  auto m = std::make_shared<Mapping>(p, want.total_bytes);
+                       " bytes) failed: " + why);
+  }
+  auto m = std::make_shared<Mapping>(p, want.total_bytes, fd);
   FileHeader got{};
   std::memcpy(&got, m->data(), sizeof got);
   if (std::memcmp(got.magic, kMagic, sizeof kMagic) != 0 || got.version != 1 ||
@@ -335,6 +341,7 @@ class MapWorkload final : public Dataset {
       mapping_ = map_file(path, workload, n);
       const auto h = layout(workload, n);
       features_ = mapping_->data() + h.features_offset;
+      features_offset_ = h.features_offset;
       labels_ = reinterpret_cast<const int64_t*>(mapping_->data() + h.labels_offset);
       std::shared_ptr<const void> owner = mapping_;
       auto storage = [&](uint64_t off, uint64_t len) {
@@ -373,11 +380,28 @@ class MapWorkload final : public Dataset {
     check(i);
     auto* label = static_cast<int64_t*>(leaves[1]);
     if (mapping_) {
+      // In a worker process, W2 and W3 read their 150 KB images with pread, not through
+      // the mapping: a process reading a 3 GB mapping at random builds its page tables
+      // one fault at a time (about 2 us per 64 KiB of fault-around on a virtual machine,
+      // bench/analysis.md), and each worker process would pay that for the whole file
+      // again.  The main process (0 workers) keeps its mapping for the loader's life, so
+      // after the first epoch a plain copy from it is the faster path.
+      const bool read = in_worker_ && wl_ != 1;
       switch (wl_) {
         case 1: std::memcpy(leaves[0], features_ + i * 64, 64); break;
-        case 2: std::memcpy(leaves[0], features_ + static_cast<uint64_t>(i) * kImageBytes, kImageBytes); break;
-        default:
-          w3_image(i, features_ + static_cast<uint64_t>(i) * kImageBytes, static_cast<float*>(leaves[0]));
+        case 2:
+          if (read) read_image(i, leaves[0]);
+          else std::memcpy(leaves[0], features_ + static_cast<uint64_t>(i) * kImageBytes, kImageBytes);
+          break;
+        default: {
+          const uint8_t* src = features_ + static_cast<uint64_t>(i) * kImageBytes;
+          if (read) {
+            thread_local std::vector<uint8_t> image(kImageBytes);
+            read_image(i, image.data());
+            src = image.data();
+          }
+          w3_image(i, src, static_cast<float*>(leaves[0]));
+        }
       }
       *label = labels_[i];
       return;
@@ -396,6 +420,20 @@ class MapWorkload final : public Dataset {
       throw IndexError("bench_w" + std::to_string(wl_) + ": index " + std::to_string(i) +
                        " is out of range for a dataset of " + std::to_string(n_) + " samples");
   }
+  /// Reads image `i` from the data file into `out` (kImageBytes).
+  void read_image(int64_t i, void* out) const {
+    auto* dst = static_cast<uint8_t*>(out);
+    uint64_t done = 0;
+    const uint64_t at = features_offset_ + static_cast<uint64_t>(i) * kImageBytes;
+    while (done < kImageBytes) {
+      const ssize_t got = ::pread(mapping_->fd(), dst + done, kImageBytes - done, static_cast<off_t>(at + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0)
+        throw RuntimeError("bench_w" + std::to_string(wl_) + ": cannot read sample " + std::to_string(i) +
+                           " from the data file: " + (got < 0 ? errno_text() : std::string("unexpected end of file")));
+      done += static_cast<uint64_t>(got);
+    }
+  }
   Dims sample_shape() const { return wl_ == 1 ? Dims{16} : Dims{3, 224, 224}; }
   DType sample_dtype() const { return wl_ == 2 ? DType::UInt8 : DType::Float32; }
 
@@ -403,6 +441,8 @@ class MapWorkload final : public Dataset {
   int64_t n_;
   std::shared_ptr<Mapping> mapping_;
   const uint8_t* features_ = nullptr;
+  uint64_t features_offset_ = 0;
+  bool in_worker_ = get_worker_info() != nullptr;
   const int64_t* labels_ = nullptr;
   Tensor features_tensor_, labels_tensor_;
   Value spec_;

@@ -422,6 +422,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
   };
   bool flush_needed = false;
   while (true) {
+    const uint32_t seen = rings_->doorbell().seq.load(std::memory_order_acquire);  // before the look
     if (!closed_) drain_rings_locked(flush_needed);
     if (epoch != epoch_) return Delivery{};  // ended, or replaced by a newer epoch
     if (fatal_) return *fatal_;
@@ -440,6 +441,14 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
       flush_dirty();
       lock.lock();
       continue;
+    }
+    // Nothing ready: poll the doorbell a little first (a result is usually close; a
+    // futex sleep and wake-up cost a context switch on each side).
+    if (const auto budget = spin_budget(); budget.count() > 0) {
+      lock.unlock();
+      const bool moved = spin_on(rings_->doorbell(), seen, budget);
+      lock.lock();
+      if (moved) continue;
     }
     // Say we sleep, then look at the rings once more: a worker that publishes after
     // that look sees the sleeper and rings (seq_cst on both sides).

@@ -204,7 +204,11 @@ int run_worker_loop(int sock, pid_t parent) {
         return -1;
       }
     };
+    const uint32_t seen = ring->bell().seq.load(std::memory_order_acquire);  // before the look
     int what = look();
+    // Nothing to do: poll the bell a little before sleeping (a futex sleep and wake-up
+    // cost both processes a context switch).
+    if (what == 0 && !ring->closed() && spin_on(ring->bell(), seen, spin_budget())) continue;
     if (what == 0) {
       if (ring->closed()) return 0;
       const uint32_t seq = ring->prepare_sleep();

@@ -2,11 +2,14 @@
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -54,6 +57,31 @@ void ring_copy_out(const char* data, uint64_t capacity, uint64_t pos, char* dst,
 }
 
 }  // namespace
+
+bool spin_on(const RingDoorbell& bell, uint32_t seq, std::chrono::nanoseconds budget) {
+  if (budget <= std::chrono::nanoseconds::zero()) return false;
+  const auto until = std::chrono::steady_clock::now() + budget;
+  while (bell.seq.load(std::memory_order_acquire) == seq) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    // Yield, not pause: with more processes than cores (2 workers and the main process
+    // on 2 cores) a busy loop would take the core from the very process it waits for.
+    sched_yield();
+  }
+  return true;
+}
+
+std::chrono::nanoseconds spin_budget() {
+  static const std::chrono::nanoseconds budget = [] {
+    long us = 50;
+    if (const char* v = std::getenv("LOADER_SPIN_US")) {
+      char* end = nullptr;
+      const long parsed = std::strtol(v, &end, 10);
+      if (end != v && *end == '\0' && parsed >= 0) us = std::min(parsed, 100000L);
+    }
+    return std::chrono::nanoseconds(std::chrono::microseconds(us));
+  }();
+  return budget;
+}
 
 void ring_doorbell(RingDoorbell& bell) {
   bell.seq.fetch_add(1, std::memory_order_seq_cst);

@@ -92,6 +92,17 @@ static_assert(sizeof(RingHeader) <= RingLayout::kHeaderBytes, "a ring header out
 /// Bumps `bell`'s sequence and wakes its sleeper if it said it sleeps.
 void ring_doorbell(RingDoorbell& bell);
 
+/// Before its owner sleeps on `bell`: waits at most `budget` for the bell's sequence
+/// to move from `seq` (something was published), yielding the core meanwhile; true
+/// when it moved.  A futex sleep and its wake-up cost each side a context switch, tens
+/// of microseconds on a virtual machine (docs/transport.md, "Yield a little before
+/// sleeping").
+bool spin_on(const RingDoorbell& bell, uint32_t seq, std::chrono::nanoseconds budget);
+
+/// How long a worker waiting for a task, or the application thread waiting for a
+/// result, yields before it sleeps: 50 us, or `LOADER_SPIN_US` (0: sleep at once).
+std::chrono::nanoseconds spin_budget();
+
 /// One side of one ring: the header and data area of ring `header_offset` in a mapping.
 /// Producer and consumer are separate objects; neither is thread-safe.
 class ByteRing {
@@ -149,6 +160,8 @@ class WorkerRingEnd {
   bool take_task(Frame& out, uint64_t& socket_before);
   /// The main process closed the rings (the pool ends).
   bool closed() const { return tasks_.header().closed.load(std::memory_order_acquire) != 0; }
+  /// The task ring's bell: its sequence moves whenever something is posted.
+  const RingDoorbell& bell() const { return tasks_.header().bell; }
   /// Sleep protocol (as the main process's): prepare, look once more, sleep, awake.
   uint32_t prepare_sleep();
   /// Sleeps while the bell still reads `seq`, at most `timeout`; true when it timed out.
@@ -190,6 +203,8 @@ class WorkerRings {
   void close_all();
   /// Bumps the doorbell (an in-process event the application thread may need).
   void ring() { ring_doorbell(*bell_); }
+  /// The doorbell: its sequence moves whenever a worker publishes (any thread).
+  const RingDoorbell& doorbell() const { return *bell_; }
   /// Application thread: the doorbell's value to sleep on; call before the last look
   /// at the rings, then `sleep`, then `awake`.
   uint32_t prepare_sleep();
