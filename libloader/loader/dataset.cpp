@@ -28,6 +28,14 @@ void Dataset::get_into(int64_t index, void* const* /*leaves*/) {
                             std::to_string(index) + ")");
 }
 
+void Dataset::get_batch_into(const IndexBatch& indices, const BatchRows& rows) {
+  std::vector<void*> row(rows.leaves());
+  for (size_t r = 0; r < indices.size(); ++r) {
+    for (size_t k = 0; k < row.size(); ++k) row[k] = rows.row(k, r);
+    get_into(indices[r], row.data());
+  }
+}
+
 namespace {
 struct Registry {
   std::mutex mu;

@@ -44,6 +44,15 @@ struct DatasetHandle {
   Value params;  ///< usually a string-keyed dict; must contain no custom objects
 };
 
+/// Where Dataset::get_batch_into writes a batch: row r of the k-th tensor of
+/// sample_spec() starts at `base[k] + r * row_bytes[k]` (contiguous rows).
+struct BatchRows {
+  std::vector<uint8_t*> base;
+  std::vector<size_t> row_bytes;
+  size_t leaves() const noexcept { return base.size(); }
+  void* row(size_t k, size_t r) const noexcept { return base[k] + r * row_bytes[k]; }
+};
+
 /// Common base: remembers the handle the dataset was made from (if any).
 class DatasetBase {
  public:
@@ -77,6 +86,12 @@ class Dataset : public DatasetBase {
   /// of sample_spec() (in Value::for_each_tensor order).  Called only when
   /// sample_spec() returns a value.
   virtual void get_into(int64_t index, void* const* leaves);
+  /// The whole batch at once (get_into's counterpart of get_batch, PyTorch's
+  /// __getitems__): writes sample `indices[r]` into `rows.row(k, r)` for every tensor
+  /// k of sample_spec().  The default calls get_into() for each index; override it
+  /// when rows can be gathered faster together (no virtual call per sample, the next
+  /// rows fetched while one is copied).  Called only when sample_spec() returns a value.
+  virtual void get_batch_into(const IndexBatch& indices, const BatchRows& rows);
 };
 
 /// Iterable-style dataset (PyTorch's IterableDataset).  Inside a worker,

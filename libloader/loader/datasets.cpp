@@ -135,6 +135,31 @@ void TensorDataset::get_into(int64_t index, void* const* leaves) {
   }
 }
 
+void TensorDataset::get_batch_into(const IndexBatch& indices, const BatchRows& rows) {
+  for (int64_t index : indices)  // every index first: a bad one fails the batch before any copy
+    if (index < -size_ || index >= size_)
+      throw IndexError("index " + std::to_string(index) + " is out of bounds for dimension 0 with size " +
+                       std::to_string(size_));
+  const size_t n = indices.size();
+  auto row_of = [&](size_t r) { return indices[r] < 0 ? indices[r] + size_ : indices[r]; };
+  for (size_t k = 0; k < tensors_.size(); ++k) {
+    const Tensor& t = tensors_[k];
+    if (!t.is_contiguous()) {
+      for (size_t r = 0; r < n; ++r) copy_to_contiguous(t.select(0, row_of(r)), rows.row(k, r));
+      continue;
+    }
+    const auto* src = static_cast<const uint8_t*>(t.data_ptr());
+    const size_t bytes = rows.row_bytes[k];
+    uint8_t* dst = rows.base[k];
+    // Rows are read at random: ask for the row 8 ahead while this one is copied.
+    constexpr size_t kAhead = 8;
+    for (size_t r = 0; r < n; ++r) {
+      if (r + kAhead < n) __builtin_prefetch(src + static_cast<size_t>(row_of(r + kAhead)) * bytes);
+      std::memcpy(dst + r * bytes, src + static_cast<size_t>(row_of(r)) * bytes, bytes);
+    }
+  }
+}
+
 // ------------------------------------------------------------------ ConcatDataset
 
 ConcatDataset::ConcatDataset(std::vector<std::shared_ptr<Dataset>> datasets)
@@ -277,6 +302,13 @@ std::vector<Value> Subset::get_batch(const IndexBatch& indices) {
 }
 
 void Subset::get_into(int64_t index, void* const* leaves) { dataset_->get_into(map_index(index), leaves); }
+
+void Subset::get_batch_into(const IndexBatch& indices, const BatchRows& rows) {
+  IndexBatch mapped;
+  mapped.reserve(indices.size());
+  for (int64_t i : indices) mapped.push_back(map_index(i));
+  dataset_->get_batch_into(mapped, rows);
+}
 
 std::vector<std::shared_ptr<Subset>> make_subsets(std::shared_ptr<Dataset> dataset,
                                                   const std::vector<std::vector<int64_t>>& index_lists) {

@@ -50,6 +50,9 @@ class TensorDataset : public Dataset {
   int64_t size() const override { return size_; }
   std::optional<Value> sample_spec() const override;
   void get_into(int64_t index, void* const* leaves) override;
+  /// Checks every index, then gathers the rows of each tensor in one loop (the next
+  /// rows prefetched while one is copied): index_select into the batch.
+  void get_batch_into(const IndexBatch& indices, const BatchRows& rows) override;
   const std::vector<Tensor>& tensors() const noexcept { return tensors_; }
 
  private:
@@ -115,6 +118,7 @@ class Subset : public Dataset {
   /// The inner dataset's sample_spec / get_into, with mapped indices.
   std::optional<Value> sample_spec() const override { return dataset_->sample_spec(); }
   void get_into(int64_t index, void* const* leaves) override;
+  void get_batch_into(const IndexBatch& indices, const BatchRows& rows) override;
 
   const std::shared_ptr<Dataset>& dataset() const noexcept { return dataset_; }
   const std::vector<int64_t>& indices() const noexcept { return indices_; }

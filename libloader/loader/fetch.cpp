@@ -52,21 +52,18 @@ Value MapFetcher::fetch_into_spec(const IndexBatch& indices) {
   const auto b = static_cast<int64_t>(indices.size());
   TensorAllocator& alloc = current_tensor_allocator();
   std::vector<Tensor> batch;
-  std::vector<uint8_t*> base;
-  std::vector<size_t> row_bytes;
+  BatchRows rows;
   batch.reserve(spec_leaves_.size());
+  rows.base.reserve(spec_leaves_.size());
+  rows.row_bytes.reserve(spec_leaves_.size());
   for (const auto& leaf : spec_leaves_) {
     Dims shape = leaf.sizes();
     shape.push_front(b);
     batch.push_back(Tensor::empty(shape, leaf.dtype(), &alloc));
-    base.push_back(static_cast<uint8_t*>(batch.back().data_ptr()));
-    row_bytes.push_back(leaf.nbytes());
+    rows.base.push_back(static_cast<uint8_t*>(batch.back().data_ptr()));
+    rows.row_bytes.push_back(leaf.nbytes());
   }
-  std::vector<void*> rows(spec_leaves_.size());
-  for (int64_t r = 0; r < b; ++r) {
-    for (size_t k = 0; k < rows.size(); ++k) rows[k] = base[k] + static_cast<size_t>(r) * row_bytes[k];
-    dataset_->get_into(indices[static_cast<size_t>(r)], rows.data());
-  }
+  dataset_->get_batch_into(indices, rows);
   return collated_structure(*spec_, batch);
 }
 

@@ -163,6 +163,85 @@ TEST(TensorDataset, GetIntoWritesTheSameRowsAsDefaultCollate) {
   EXPECT_THROW(ds->get_into(6, leaves), IndexError);
 }
 
+namespace {
+/// A batch of `n` rows shaped like `spec`'s tensors, and where get_batch_into writes it.
+struct RowsOf {
+  std::vector<Tensor> tensors;
+  BatchRows rows;
+  RowsOf(const Value& spec, int64_t n) {
+    spec.for_each_tensor([&](const Tensor& leaf) {
+      Dims shape = leaf.sizes();
+      shape.push_front(n);
+      tensors.push_back(Tensor::zeros(shape, leaf.dtype()));
+      rows.base.push_back(static_cast<uint8_t*>(tensors.back().data_ptr()));
+      rows.row_bytes.push_back(leaf.nbytes());
+    });
+  }
+};
+}  // namespace
+
+TEST(TensorDataset, GetBatchIntoGathersWhatGetIntoWritesRowByRow) {
+  Tensor features = float_tensor({40, 4});
+  Tensor transposed = Tensor::arange(80).view({2, 40}).transpose(0, 1);  // non-contiguous [40, 2]
+  auto ds = std::make_shared<TensorDataset>(std::vector<Tensor>{features, transposed});
+  const auto spec = ds->sample_spec();
+  ASSERT_TRUE(spec.has_value());
+  IndexBatch idx;  // more than the prefetch distance, negative indices, repeats
+  for (int64_t i = 0; i < 30; ++i) idx.push_back((i * 17) % 40 - (i % 3 == 0 ? 40 : 0));
+  idx.push_back(-1);
+  idx.push_back(-1);
+  RowsOf batched(*spec, static_cast<int64_t>(idx.size()));
+  ds->get_batch_into(idx, batched.rows);
+  RowsOf one_by_one(*spec, static_cast<int64_t>(idx.size()));
+  for (size_t r = 0; r < idx.size(); ++r) {
+    void* leaves[2] = {one_by_one.rows.row(0, r), one_by_one.rows.row(1, r)};
+    ds->get_into(idx[r], leaves);
+  }
+  EXPECT_TRUE(batched.tensors[0].equal(one_by_one.tensors[0]));
+  EXPECT_TRUE(batched.tensors[1].equal(one_by_one.tensors[1]));
+  std::vector<Value> samples = ds->get_batch(idx);
+  Value collated = default_collate(samples);
+  EXPECT_TRUE(collated[0].to_tensor().equal(batched.tensors[0]));
+  EXPECT_TRUE(collated[1].to_tensor().equal(batched.tensors[1]));
+
+  // A bad index anywhere fails the batch before any row is written.
+  RowsOf untouched(*spec, 3);
+  EXPECT_THROW(ds->get_batch_into({0, 1, 40}, untouched.rows), IndexError);
+  EXPECT_THROW(ds->get_batch_into({-41, 1, 2}, untouched.rows), IndexError);
+  EXPECT_TRUE(untouched.tensors[0].equal(Tensor::zeros({3, 4}, DType::Float32)));
+
+  // A subset maps its indices and hands the whole batch to the inner dataset.
+  Subset sub(ds, {39, 0, 7, 12});
+  RowsOf via_subset(*spec, 3);
+  sub.get_batch_into({3, -4, 2}, via_subset.rows);
+  RowsOf direct(*spec, 3);
+  ds->get_batch_into({12, 39, 7}, direct.rows);
+  EXPECT_TRUE(via_subset.tensors[0].equal(direct.tensors[0]));
+  EXPECT_TRUE(via_subset.tensors[1].equal(direct.tensors[1]));
+  EXPECT_THROW(sub.get_batch_into({4}, via_subset.rows), IndexError);
+}
+
+TEST(Dataset, DefaultGetBatchIntoCallsGetIntoForEachIndex) {
+  class Rows final : public Dataset {
+   public:
+    Value get(int64_t i) override { return Value::tuple({Tensor::from_vector(std::vector<double>(3, double(i)))}); }
+    int64_t size() const override { return 10; }
+    std::optional<Value> sample_spec() const override { return Value::tuple({Tensor::empty({3}, DType::Float64)}); }
+    void get_into(int64_t i, void* const* leaves) override {
+      ++calls;
+      auto* row = static_cast<double*>(leaves[0]);
+      for (int k = 0; k < 3; ++k) row[k] = double(i);
+    }
+    int calls = 0;
+  };
+  Rows ds;
+  RowsOf out(*ds.sample_spec(), 4);
+  ds.get_batch_into({9, 2, 2, 0}, out.rows);
+  EXPECT_EQ(ds.calls, 4);
+  const double* v = out.tensors[0].data<double>();
+  EXPECT_EQ(std::vector<double>(v, v + 12), (std::vector<double>{9, 9, 9, 2, 2, 2, 2, 2, 2, 0, 0, 0}));
+}
+
 // ------------------------------------------------------------------ ConcatDataset
 
 TEST(ConcatDataset, TwoSingletons) {  // D7
