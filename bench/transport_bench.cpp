@@ -53,6 +53,7 @@
 
 #include "proc_util.h"
 #include "loader/runtime/child_process.h"
+#include "loader/runtime/actor_system.h"
 #include "loader/runtime/protocol.h"
 #include "loader/runtime/wire.h"
 #include "loader/runtime/worker_core.h"

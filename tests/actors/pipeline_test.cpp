@@ -1,7 +1,7 @@
 // The Pipeline driven one event at a time: scripted links instead of worker processes
 // and reader threads, the test playing every worker (it reads the task rings and
 // socket frames the way the worker loop does and writes the result rings), and the
-// supervisor actor on CAF's deterministic scheduler.  No thread but the test's, no
+// pool and worker actors on CAF's deterministic scheduler.  No thread but the test's, no
 // sleep, no timing: the dispatch order, the credits, the reorder rule, the order of
 // socket and ring frames, and the restart protocol are checked exactly.
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 #include "deterministic_system.h"
 #include "loader/runtime/pipeline.h"
 #include "loader/runtime/rng_state_page.h"
-#include "loader/runtime/supervisor_actor.h"
+#include "loader/runtime/pool_actor.h"
 #include "loader/samplers.h"
 
 namespace loader::runtime {
@@ -93,7 +93,7 @@ class PipelineScripted : public ::testing::Test {
       : sys_(deterministic_config()), sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {}
   ~PipelineScripted() override {
     if (pipeline_) {
-      caf::anon_send_exit(supervisor_, caf::exit_reason::user_shutdown);
+      actors_->send_exits();
       sched_.run();
       pipeline_->shutdown();
     }
@@ -130,13 +130,10 @@ class PipelineScripted : public ::testing::Test {
     policy.num_workers = workers;
     policy.slabs_per_worker = prefetch + 2;
     auto slabs = std::make_shared<SlabStore>(workers, policy, false, nullptr);
-    PipelineHooks hooks;
-    hooks.restart_later = [this](int w, uint32_t gen) {
-      caf::anon_send(supervisor_, down_atom::value, static_cast<int32_t>(w), gen);
-    };
-    hooks.flush_later = [this](int w) { caf::anon_send(supervisor_, flush_atom::value, static_cast<int32_t>(w)); };
-    pipeline_ = std::make_shared<Pipeline>(std::move(cfg), std::move(slabs), std::move(hooks));
-    supervisor_ = spawn_supervisor(sys_, pipeline_, std::chrono::milliseconds(0));
+    pipeline_ = std::make_shared<Pipeline>(std::move(cfg), std::move(slabs));
+    // The pool's actors as the runtime makes them (no watchdog clock: no processes).
+    actors_ = std::make_unique<PoolActors>(sys_, pipeline_, workers, std::chrono::milliseconds(0));
+    pipeline_->set_hooks(actors_->hooks());
     sched_.run();
     pipeline_->start_workers();
     for (int w = 0; w < workers; ++w) say_ready(w);
@@ -205,7 +202,7 @@ class PipelineScripted : public ::testing::Test {
   caf::actor_system sys_;
   caf::scheduler::test_coordinator& sched_;
   std::shared_ptr<Pipeline> pipeline_;
-  supervisor_actor supervisor_;
+  std::unique_ptr<PoolActors> actors_;
   std::map<int, std::vector<std::shared_ptr<Incarnation>>> incarnations_;
 };
 
@@ -312,9 +309,9 @@ TEST_F(PipelineScripted, ARestartIsTheSupervisorsAndResendsHeldTasksAfterTheFirs
   answer(1, w1[0]);  // task 1 is answered before worker 1 dies: it is not re-sent
   Incarnation& first = current(1);
   pipeline_->on_down(1, first.gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
-  EXPECT_EQ(incarnations_[1].size(), 1u) << "nothing restarts before the supervisor handles its message";
+  EXPECT_EQ(incarnations_[1].size(), 1u) << "nothing restarts before worker 1's actor handles its message";
   // A result the dead incarnation writes late goes nowhere: its ring is the next one's.
-  ASSERT_TRUE(sched_.try_run_once());  // the supervisor: down(1, gen) -> Pipeline::restart
+  ASSERT_TRUE(sched_.try_run_once());  // worker 1's actor: down(gen) -> Pipeline::restart
   ASSERT_EQ(incarnations_[1].size(), 2u);
   Incarnation& second = current(1);
   EXPECT_EQ(second.gen, first.gen + 1);
@@ -366,7 +363,7 @@ TEST_F(PipelineScripted, AKeptWorkerThatDiesBeforeItsFirstTaskOfAnEpochIsReplace
   pipeline_->reinit(fresh);
   const uint32_t old_gen = current(0).gen;
   pipeline_->on_down(0, old_gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
-  ASSERT_TRUE(sched_.try_run_once()) << "the supervisor restarts it";
+  ASSERT_TRUE(sched_.try_run_once()) << "its worker actor restarts it";
   ASSERT_EQ(incarnations_[0].size(), 2u);
   EXPECT_EQ(current(0).gen, old_gen + 1);
   say_ready(0);

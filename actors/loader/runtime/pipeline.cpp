@@ -16,8 +16,8 @@ std::string encoded_config(const WorkerConfig& cfg) {
 }
 }  // namespace
 
-Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs, PipelineHooks hooks)
-    : config_(std::move(config)), slabs_(std::move(slabs)), hooks_(std::move(hooks)) {
+Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
+    : config_(std::move(config)), slabs_(std::move(slabs)) {
   iterable_ = !config_.workers.empty() && config_.workers.front().iterable;
   for (size_t w = 0; w < config_.workers.size(); ++w)
     slots_.push_back(std::make_unique<Slot>(static_cast<int>(w), config_.max_restarts, !iterable_));
@@ -32,6 +32,8 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs, Pipe
 }
 
 Pipeline::~Pipeline() { shutdown(); }
+
+void Pipeline::set_hooks(PipelineHooks hooks) { hooks_ = std::move(hooks); }
 
 // ------------------------------------------------------------------ starting workers
 
@@ -94,6 +96,7 @@ void Pipeline::start_workers() {
 }
 
 void Pipeline::restart(int worker, uint32_t gen) {
+  if (worker < 0 || static_cast<size_t>(worker) >= slots_.size()) return;
   Slot& s = *slots_[static_cast<size_t>(worker)];
   std::lock_guard<std::mutex> fl(s.flush_mu);
   std::unique_ptr<Link> old;
@@ -151,6 +154,7 @@ void Pipeline::queue_locked(int worker, FrameType type, std::string body, std::s
 }
 
 void Pipeline::flush(int worker) {
+  if (worker < 0 || static_cast<size_t>(worker) >= slots_.size()) return;
   Slot& s = *slots_[static_cast<size_t>(worker)];
   std::lock_guard<std::mutex> fl(s.flush_mu);
   write_outbox(s);
@@ -697,44 +701,45 @@ void Pipeline::fail_all(const std::string& type, const std::string& message) {
   set_fatal_locked(type, message, -1);
 }
 
-// ------------------------------------------------------------------ supervisor: watchdog
+// ------------------------------------------------------------------ worker actor: watchdog
 
-void Pipeline::watchdog(std::chrono::milliseconds tick) {
+void Pipeline::watch(int worker, std::chrono::milliseconds tick) {
+  if (worker < 0 || static_cast<size_t>(worker) >= slots_.size()) return;
   const auto now = std::chrono::steady_clock::now();
-  for (auto& sp : slots_) {
-    Slot& s = *sp;
-    Link* link;
-    bool hello;
-    std::chrono::steady_clock::time_point started;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (closed_) return;
-      if (!s.link || !s.life.accepting()) continue;
-      link = s.link.get();  // only this (supervisor) thread replaces or destroys links
-      hello = s.hello;
-      started = s.started;
-    }
-    if (link->pid() <= 0) continue;  // a thread
-    if (auto how = link->exited_with_socket_open()) {
-      link->kill_with_reason(*how);
-      continue;
-    }
-    char st = link->process_state();
-    if (st == 'T' || st == 't') {
-      if (++s.stopped_ticks * tick >= std::chrono::milliseconds(1000))
-        link->kill_with_reason(WorkerExit{WorkerExit::Kind::Frozen, 0,
-                                          std::to_string(s.stopped_ticks * tick.count()) + " ms"});
-      continue;
-    }
-    s.stopped_ticks = 0;
-    if (!hello && now - started > config_.hello_deadline)
-      link->kill_with_reason(WorkerExit{
-          WorkerExit::Kind::StartFailed, 0,
-          "it did not enter the worker loop within " +
-              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.hello_deadline).count()) +
-              " s: the worker program's main() must call loader::runtime::run_worker_if_requested(argc, argv) "
-              "before anything else"});
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  Link* link;
+  bool hello;
+  std::chrono::steady_clock::time_point started;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    if (!s.link || !s.life.accepting()) return;
+    // Only this worker's actor replaces the link after start (restart) and the pool's
+    // actors are gone before shutdown destroys it.
+    link = s.link.get();
+    hello = s.hello;
+    started = s.started;
   }
+  if (link->pid() <= 0) return;  // a thread
+  if (auto how = link->exited_with_socket_open()) {
+    link->kill_with_reason(*how);
+    return;
+  }
+  char st = link->process_state();
+  if (st == 'T' || st == 't') {
+    if (++s.stopped_ticks * tick >= std::chrono::milliseconds(1000))
+      link->kill_with_reason(WorkerExit{WorkerExit::Kind::Frozen, 0,
+                                        std::to_string(s.stopped_ticks * tick.count()) + " ms"});
+    return;
+  }
+  s.stopped_ticks = 0;
+  if (!hello && now - started > config_.hello_deadline)
+    link->kill_with_reason(WorkerExit{
+        WorkerExit::Kind::StartFailed, 0,
+        "it did not enter the worker loop within " +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.hello_deadline).count()) +
+            " s: the worker program's main() must call loader::runtime::run_worker_if_requested(argc, argv) "
+            "before anything else"});
 }
 
 }  // namespace loader::runtime

@@ -24,11 +24,12 @@
 //                       woken (doorbell) only if it sleeps.
 //                       Readers never write to a socket (a full socket could then
 //                       deadlock both sides): frames they queue are flushed by the
-//                       supervisor (hooks.flush_later).
+//                       worker's actor (hooks.flush_later).
 //   any thread          release_slab(): a batch was dropped; a task waiting for a
 //                       slab goes out.
-//   supervisor actor    restart(), watchdog(), flush(): everything that starts or
-//                       kills processes runs there or in the application thread.
+//   worker actor k      restart(k), watch(k), flush(k) (WorkerControl): everything
+//                       that starts or kills worker k's process runs there or in the
+//                       application thread (worker_actor.h, pool_actor.h).
 //
 // Locks: flush_mu of a slot (orders the frames written to one link) before mu_
 // before SlabStore's lock.  No socket write and no process wait happens under mu_.
@@ -61,7 +62,7 @@
 #include "loader/runtime/worker_rings.h"
 #include "loader/runtime/shm.h"
 #include "loader/runtime/slab_store.h"
-#include "loader/runtime/supervisor_actor.h"
+#include "loader/runtime/worker_actor.h"
 #include "loader/runtime/task_dispatcher.h"
 #include "loader/runtime/worker_core.h"
 #include "loader/runtime/worker_lifecycle.h"
@@ -94,18 +95,22 @@ struct PipelineConfig {
   LinkFactory make_link;
 };
 
-/// How the pipeline asks its supervisor to act outside the calling thread.
+/// How the pipeline asks worker k's actor to act outside the calling thread
+/// (PoolActors::hooks).  Set once, before start_workers().
 struct PipelineHooks {
   std::function<void(int worker, uint32_t gen)> restart_later;
   std::function<void(int worker)> flush_later;
 };
 
-class Pipeline final : public LinkEvents, public Supervised, public std::enable_shared_from_this<Pipeline> {
+class Pipeline final : public LinkEvents, public WorkerControl, public std::enable_shared_from_this<Pipeline> {
  public:
-  Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs, PipelineHooks hooks);
+  Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs);
   ~Pipeline() override;
 
   // ---- application thread
+  /// How reader threads reach the worker actors.  Once, before start_workers()
+  /// (no reader thread exists before it).
+  void set_hooks(PipelineHooks hooks);
   /// Starts every worker (processes spawn in parallel).  A worker that cannot start
   /// is dead: its error is delivered by the first epoch.
   void start_workers();
@@ -128,7 +133,7 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
   /// (so no more sampler draws); results still to come give their slabs back.
   void end_epoch(uint64_t epoch);
   /// Stops every worker (links in a fixed order) and refuses all further work.
-  /// The supervisor must be gone first.
+  /// The pool's actors must be gone first (PoolActors::stop).
   void shutdown();
   /// The task awaited next and the worker it went to (for timeout messages).
   std::pair<uint64_t, int> awaited() const;
@@ -139,15 +144,16 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
   /// A batch in `slab` was dropped by the application.
   void release_slab(int worker, uint64_t slab);
 
-  // ---- supervisor actor
+  // ---- worker actor k (WorkerControl), one thread at a time per worker
   /// Starts the next incarnation of `worker`, whose incarnation `gen` went down.
   void restart(int worker, uint32_t gen) override;
-  /// Writes the frames queued for `worker`.
+  /// Writes the frames queued for `worker` (also from the application thread and
+  /// release_slab; serialised by the slot's flush_mu).
   void flush(int worker) override;
-  /// Looks at every worker process: frozen (SIGSTOP) for `frozen_after`, exited
-  /// while its socket stays open, or no hello within the deadline: killed, and
-  /// reported through the reader.  Call every `tick`.
-  void watchdog(std::chrono::milliseconds tick) override;
+  /// Looks at `worker`'s process: frozen (SIGSTOP) for 1 s, exited while its socket
+  /// stays open, or no hello within the deadline: killed, and reported through the
+  /// reader.  Called every `tick`.
+  void watch(int worker, std::chrono::milliseconds tick) override;
   /// Anything unexpected in the runtime itself: the loader fails with this message.
   void fail_all(const std::string& type, const std::string& message) override;
 
@@ -179,7 +185,7 @@ class Pipeline final : public LinkEvents, public Supervised, public std::enable_
     std::deque<uint64_t> waiting;     ///< held tasks with no slab yet (pool spent)
     bool hello = false;
     std::chrono::steady_clock::time_point started;
-    int stopped_ticks = 0;            ///< supervisor only
+    int stopped_ticks = 0;            ///< worker actor only
     uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
     bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
   };

@@ -1,9 +1,10 @@
 // WorkerPool: the worker processes (or in-process worker threads) of one
-// DataLoader, the pipeline their batches flow through, and the supervisor actor
-// that restarts and watches them.  Made per epoch, or once for persistent_workers.
+// DataLoader, the pipeline their batches flow through, and the actors that restart
+// and watch them (PoolActors: a worker actor per worker, a pool actor).  Made per
+// epoch, or once for persistent_workers.
 //
-// Owns, and tears down in this order: the supervisor actor (so nothing restarts a
-// worker during teardown), then the pipeline's links (every socket told first, then
+// Owns, and tears down in this order: the actors (so nothing restarts a worker
+// during teardown), then the pipeline's links (every socket told first, then
 // each reader joined and each process reaped).  The slabs are the loader's
 // (LoaderState::slab_store) and outlive the pool.
 #pragma once

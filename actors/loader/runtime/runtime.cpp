@@ -14,7 +14,8 @@
 #include "loader/runtime/pool.h"
 #include "loader/runtime/protocol.h"
 #include "loader/runtime/slab_store.h"
-#include "loader/runtime/supervisor_actor.h"
+#include "loader/runtime/actor_system.h"
+#include "loader/runtime/pool_actor.h"
 #include "loader/runtime/worker_main_loop.h"
 #include "loader/warnings.h"
 
@@ -84,27 +85,16 @@ class WorkerPool {
       policy.shm_limit_bytes = o.shm_limit_bytes;
       state.slab_store = std::make_shared<SlabStore>(o.num_workers, policy, o.pin_memory, state.pin_tracker);
     }
-    auto supervisor = std::make_shared<SupervisorRef>();
-    PipelineHooks hooks;
-    hooks.restart_later = [supervisor](int w, uint32_t gen) {
-      caf::anon_send(supervisor->get(), down_atom::value, static_cast<int32_t>(w), gen);
-    };
-    hooks.flush_later = [supervisor](int w) {
-      caf::anon_send(supervisor->get(), flush_atom::value, static_cast<int32_t>(w));
-    };
-    pipeline_ = std::make_shared<Pipeline>(std::move(cfg), state.slab_store, std::move(hooks));
-    // The supervisor exists before any worker can report anything.
-    supervisor_ = spawn_supervisor(*system_, pipeline_, std::chrono::milliseconds(250));
-    supervisor->set(supervisor_);
+    const int workers = static_cast<int>(cfg.workers.size());
+    pipeline_ = std::make_shared<Pipeline>(std::move(cfg), state.slab_store);
+    // The actors exist before any worker can report anything.
+    actors_ = std::make_unique<PoolActors>(*system_, pipeline_, workers, std::chrono::milliseconds(250));
+    pipeline_->set_hooks(actors_->hooks());
     pipeline_->start_workers();
   }
 
   ~WorkerPool() {
-    {
-      caf::scoped_actor self{*system_};
-      self->send_exit(supervisor_, caf::exit_reason::user_shutdown);
-      self->wait_for(supervisor_);
-    }
+    actors_->stop();  // first: nothing restarts or watches a worker during teardown
     pipeline_->shutdown();
   }
 
@@ -141,26 +131,9 @@ class WorkerPool {
   uint64_t epochs = 0;
 
  private:
-  /// The supervisor handle, for hooks made before it was spawned.
-  class SupervisorRef {
-   public:
-    void set(supervisor_actor a) {
-      std::lock_guard<std::mutex> lock(mu_);
-      actor_ = std::move(a);
-    }
-    supervisor_actor get() const {
-      std::lock_guard<std::mutex> lock(mu_);
-      return actor_;
-    }
-
-   private:
-    mutable std::mutex mu_;
-    supervisor_actor actor_;
-  };
-
   std::shared_ptr<caf::actor_system> system_;  // destroyed last
   std::shared_ptr<Pipeline> pipeline_;
-  supervisor_actor supervisor_;
+  std::unique_ptr<PoolActors> actors_;
 };
 
 std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_seed) {

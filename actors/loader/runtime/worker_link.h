@@ -5,7 +5,7 @@
 //
 // Threads and who calls what:
 //   - start(), stop(), kill_frozen(): the owner (the pool: application thread or
-//     the supervisor actor), never two at once (the pool serialises them).
+//     the worker's actor), never two at once (the pool serialises them).
 //   - send(): any thread; writes are serialised by the link's write mutex.
 //   - the reader thread calls LinkEvents::on_frame for every frame, then
 //     LinkEvents::on_down exactly once when the socket breaks (unless stop() was
@@ -76,7 +76,7 @@ class Link {
 };
 
 /// Makes the link of one incarnation; throws RuntimeError when the worker cannot start.
-/// `events` outlives the link.  Called by the pipeline (application thread or supervisor).
+/// `events` outlives the link.  Called by the pipeline (application thread or the worker's actor).
 using LinkFactory = std::function<std::unique_ptr<Link>(const Link::Spec& spec, LinkEvents* events)>;
 
 /// The local link: a child process (or a thread), its socket and its reader thread.

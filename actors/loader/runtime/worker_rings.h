@@ -20,7 +20,7 @@
 // other reply keeps the socket), consumer the main process under Pipeline::mu_.  The
 // main process sleeps on the pipeline's doorbell: it says it is about to sleep
 // (`waiting`), looks at every ring once more, and sleeps on `seq`; whoever publishes
-// something it may need (a worker after a frame, a reader thread or the supervisor
+// something it may need (a worker after a frame, a reader thread or a worker actor
 // after an event) bumps `seq` and wakes it only if it said so.
 //
 // Task ring of worker k: producer the main process under Pipeline::mu_, consumer

@@ -1,0 +1,58 @@
+// The worker actor: one per worker slot of a pool, a thin shell over the slot's
+// control operations (WorkerControl, implemented by the Pipeline; a fake in
+// actor-level tests).  Any exception in it becomes the loader's fatal error naming
+// the worker and what it was doing; it never dies silently and never waits for a
+// process (a dead one is reaped by its reader thread, a frozen one is SIGKILLed).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "loader/runtime/protocol.h"
+
+namespace loader::runtime {
+
+/// What the worker and pool actors act on.  restart/flush/watch of worker k are
+/// called on worker actor k's thread only (so one thread at a time per worker);
+/// fail_all on any actor's thread.
+class WorkerControl {
+ public:
+  virtual ~WorkerControl() = default;
+  /// Starts the next incarnation of `worker`, whose incarnation `gen` went down.
+  virtual void restart(int worker, uint32_t gen) = 0;
+  /// Writes the frames queued for `worker`.
+  virtual void flush(int worker) = 0;
+  /// Looks at `worker`'s process (frozen, exited, never started); called every `tick`.
+  virtual void watch(int worker, std::chrono::milliseconds tick) = 0;
+  /// The loader fails with this error (something unexpected in the runtime).
+  virtual void fail_all(const std::string& type, const std::string& message) = 0;
+};
+
+/// Spawns the actor of worker slot `worker`.  It holds `control` weakly: once the
+/// pipeline is gone its messages do nothing.
+worker_actor spawn_worker_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int worker);
+
+namespace detail {
+/// Runs `f` on the control; an exception becomes the loader's fatal error, naming
+/// `who` and `what` it was handling.  Shared by the worker and pool actors.
+template <class F>
+void guarded(const std::weak_ptr<WorkerControl>& weak, const std::string& who, const char* what, F&& f) {
+  auto control = weak.lock();
+  if (!control) return;
+  try {
+    f(*control);
+  } catch (const std::exception& e) {
+    control->fail_all("RuntimeError",
+                      "DataLoader runtime: " + who + " failed while handling " + what + ": " + e.what());
+  } catch (...) {
+    control->fail_all("RuntimeError",
+                      "DataLoader runtime: " + who + " failed while handling " + what + ": an unknown exception");
+  }
+}
+}  // namespace detail
+
+}  // namespace loader::runtime
