@@ -1,5 +1,7 @@
 #include "loader/dataloader.h"
 
+#include <chrono>
+
 #include "loader/error.h"
 #include "loader/runtime/epoch.h"
 #include "loader/samplers.h"
@@ -42,7 +44,15 @@ class SingleProcessEpoch final : public EpochBackend {
       batch = iter_fetcher_->fetch(n);
     }
     if (batch && state_.options.pin_memory) batch = pin_batch(*batch);
+    if (batch) ++fetched_;
     return batch;
+  }
+
+  void stats(EpochStats& out) const override {
+    out.tasks_sent = fetched_;  // fetched in the calling thread: nothing in flight or waiting
+    out.in_flight = 0;
+    out.ready = 0;
+    out.waits = 0;
   }
 
  private:
@@ -60,6 +70,7 @@ class SingleProcessEpoch final : public EpochBackend {
   std::optional<TaskSource> tasks_;
   std::optional<MapFetcher> map_fetcher_;
   std::optional<IterableFetcher> iter_fetcher_;
+  int64_t fetched_ = 0;
 };
 }  // namespace
 
@@ -182,8 +193,15 @@ DataLoader::Iterator::~Iterator() = default;
 
 std::optional<Value> DataLoader::Iterator::next() {
   if (!backend_) return std::nullopt;
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Clock {  // time inside next(), also when it throws
+    double& total;
+    std::chrono::steady_clock::time_point t0;
+    ~Clock() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  } clock{next_s_, t0};
   auto batch = backend_->next();
   if (!batch) {
+    backend_->stats(ended_);
     backend_.reset();  // ends the epoch: workers released now, not at destruction
     return std::nullopt;
   }
@@ -201,6 +219,14 @@ std::optional<Value> DataLoader::Iterator::next() {
 
 std::vector<int> DataLoader::Iterator::worker_pids() {
   return backend_ ? backend_->worker_pids() : std::vector<int>{};
+}
+
+EpochStats DataLoader::Iterator::stats() const {
+  EpochStats out = ended_;
+  if (backend_) backend_->stats(out);
+  out.batches = yielded_;
+  out.next_s = next_s_;
+  return out;
 }
 
 DataLoader::RangeIterator::RangeIterator(std::shared_ptr<Iterator> it) : it_(std::move(it)) {

@@ -29,6 +29,7 @@
 
 #include "loader/dataloader_options.h"
 #include "loader/dataset.h"
+#include "loader/epoch_stats.h"
 #include "loader/pinned.h"
 #include "loader/value.h"
 
@@ -66,6 +67,10 @@ class DataLoader {
     /// Pids of the worker processes serving this epoch (-1 for an in-process
     /// worker or one not running); empty with num_workers = 0 or after the end.
     std::vector<int> worker_pids();
+    /// What this epoch's stages did so far (batches, time in next(), tasks in flight,
+    /// results ready, each worker's state).  Valid also after the end of the epoch
+    /// (the counters of the whole epoch; the "now" figures as the epoch ended).
+    EpochStats stats() const;
 
    private:
     friend class DataLoader;
@@ -73,6 +78,8 @@ class DataLoader {
     std::unique_ptr<EpochBackend> backend_;
     std::shared_ptr<LoaderState> state_;
     int64_t yielded_ = 0;
+    double next_s_ = 0;
+    EpochStats ended_;  ///< the stage figures as the epoch ended (backend_ gone)
   };
 
   Iterator iter();

@@ -129,6 +129,72 @@ INSTANTIATE_TEST_SUITE_P(ProcessAndInProcess, Workers,
                          ::testing::Values(WorkerMode::Process, WorkerMode::InProcess),
                          [](const auto& p) { return p.param == WorkerMode::Process ? "Process" : "InProcess"; });
 
+TEST_P(Workers, StatsCountEachStageAndStayAfterTheEnd) {
+  for (bool persistent : {false, true}) {
+    SCOPED_TRACE(persistent ? "persistent workers" : "fresh workers");
+    DataLoaderOptions o;
+    o.batch_size = 4;
+    o.num_workers = 2;
+    o.prefetch_factor = 2;
+    o.persistent_workers = persistent;
+    o.worker_mode = GetParam();
+    DataLoader dl(probe(40), o);  // 10 batches
+    auto it = dl.iter();
+    ASSERT_TRUE(it.next().has_value());
+    EpochStats s = it.stats();
+    EXPECT_EQ(s.batches, 1);
+    EXPECT_GT(s.next_s, 0.0);
+    ASSERT_EQ(s.workers.size(), 2u);
+    // The credit bound in the figures: 4 tasks (prefetch_factor * num_workers) at iter(),
+    // one more for the credit the first batch gave back.
+    EXPECT_EQ(s.in_flight, 4);
+    EXPECT_EQ(s.tasks_sent, 5);
+    EXPECT_LE(s.ready, s.in_flight);
+    for (const auto& w : s.workers) {
+      EXPECT_EQ(w.restarts, 0);
+      EXPECT_TRUE(w.state == "running" || w.state == "starting") << w.state;
+    }
+    if (GetParam() == WorkerMode::Process) {
+      auto pids = it.worker_pids();
+      EXPECT_EQ(s.workers[0].pid, pids[0]);
+      EXPECT_EQ(s.workers[1].pid, pids[1]);
+    }
+    int n = 1;
+    while (it.next()) ++n;
+    ASSERT_EQ(n, 10);
+    s = it.stats();
+    EXPECT_EQ(s.batches, 10);
+    EXPECT_EQ(s.tasks_sent, 10);
+    EXPECT_EQ(s.in_flight, 0);
+    EXPECT_EQ(s.ready, 0);
+    ASSERT_EQ(s.workers.size(), 2u);
+    EXPECT_EQ(s.workers[0].delivered, 5);  // round robin: tasks 0, 2, 4, ... to worker 0
+    EXPECT_EQ(s.workers[1].delivered, 5);
+    EXPECT_LE(s.waits, 10) << "a next() call counts once however long it waits";
+
+    // A second epoch counts afresh.
+    auto it2 = dl.iter();
+    ASSERT_TRUE(it2.next().has_value());
+    EXPECT_EQ(it2.stats().batches, 1);
+    EXPECT_EQ(it2.stats().tasks_sent, 5);
+    EXPECT_EQ(it.stats().batches, 10) << "the ended epoch keeps its figures";
+    EXPECT_EQ(it.stats().workers.size(), 2u);
+  }
+
+  // Without workers: batches fetched in the calling thread, nothing in flight.
+  DataLoaderOptions single;
+  single.batch_size = 4;
+  DataLoader dl0(probe(40), single);
+  auto it0 = dl0.iter();
+  while (it0.next()) {
+  }
+  EpochStats s0 = it0.stats();
+  EXPECT_EQ(s0.batches, 10);
+  EXPECT_EQ(s0.tasks_sent, 10);
+  EXPECT_EQ(s0.in_flight, 0);
+  EXPECT_TRUE(s0.workers.empty());
+}
+
 TEST(WorkerProcesses, LeaveNoSegmentAndNoChildBehind) {
   ASSERT_TRUE(shm_segments_of_this_process().empty());
   {

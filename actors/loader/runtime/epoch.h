@@ -8,6 +8,7 @@
 
 #include "loader/dataloader_options.h"
 #include "loader/dataset.h"
+#include "loader/epoch_stats.h"
 #include "loader/fetch.h"
 #include "loader/pinned.h"
 #include "loader/value.h"
@@ -29,6 +30,9 @@ class EpochBackend {
   virtual std::vector<int> worker_pids() { return {}; }
   /// Ends the epoch now (its next() returns nullopt from then on).
   virtual void end() {}
+  /// Fills the stage figures of `out` (tasks, in flight, ready, workers, waits);
+  /// the Iterator fills batches and next_s.
+  virtual void stats(EpochStats& out) const = 0;
 };
 
 /// State of one DataLoader, shared with its live epoch.
@@ -53,7 +57,7 @@ class LoaderState {
   /// The excessive-workers warning was given (once per loader).
   bool warned_worker_count = false;
   /// What pin_memory achieved (DataLoader::pin_memory_status()), shared with the
-  /// pin-memory actor of every pool; made by the DataLoader constructor.
+  /// loader's slab store; made by the DataLoader constructor.
   std::shared_ptr<PinTracker> pin_tracker;
   /// The collate function to use in this process.
   CollateFn collate() const;

@@ -255,6 +255,8 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     fatal_.reset();
     exhausted_ = false;
     stopped_ = false;
+    waits_ = 0;
+    for (auto& s : slots_) s->delivered = 0;
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
       if (s.life.dead()) {
@@ -425,6 +427,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
       for (int i = 0; i < n_dirty; ++i) flush(dirty[i]);
   };
   bool flush_needed = false;
+  bool waited = false;  // this call counted in waits_
   while (true) {
     const uint32_t seen = rings_->doorbell().seq.load(std::memory_order_acquire);  // before the look
     if (!closed_) drain_rings_locked(flush_needed);
@@ -434,6 +437,8 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
     if (auto item = buffer_->pop()) {
       Delivery d = std::move(item->second);
       dispatcher_->on_delivered(d.worker);
+      if (d.worker >= 0 && static_cast<size_t>(d.worker) < slots_.size() && d.kind == Delivery::Kind::Batch)
+        ++slots_[static_cast<size_t>(d.worker)]->delivered;
       dispatch_locked();
       flush_dirty();
       return d;
@@ -445,6 +450,10 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
       flush_dirty();
       lock.lock();
       continue;
+    }
+    if (!waited) {
+      waited = true;
+      ++waits_;
     }
     // Nothing ready: poll the doorbell a little first (a result is usually close; a
     // futex sleep and wake-up cost a context switch on each side).
@@ -504,6 +513,30 @@ std::vector<int> Pipeline::pids() const {
     out.push_back(live ? s->link->pid() : -1);
   }
   return out;
+}
+
+void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epoch != epoch_ || epoch == 0) return;  // ended or replaced: the caller keeps what it had
+  out.waits = static_cast<int64_t>(waits_);
+  if (dispatcher_) {
+    out.tasks_sent = static_cast<int64_t>(std::max(dispatcher_->next_task(), first_task_) - first_task_);
+    out.in_flight = static_cast<int64_t>(dispatcher_->in_flight());
+  }
+  out.ready = buffer_ ? static_cast<int64_t>(buffer_->buffered()) : 0;
+  out.workers.clear();
+  for (const auto& s : slots_) {
+    EpochStats::Worker w;
+    const auto st = s->life.state();
+    w.pid = s->link && (st == WorkerLifecycle::State::Running || st == WorkerLifecycle::State::Starting)
+                ? s->link->pid()
+                : -1;
+    w.state = to_string(st);
+    w.restarts = s->life.restarts();
+    w.held = static_cast<int64_t>(s->life.held().size());
+    w.delivered = static_cast<int64_t>(s->delivered);
+    out.workers.push_back(std::move(w));
+  }
 }
 
 WorkerLifecycle::State Pipeline::worker_state(int worker) const {

@@ -57,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "loader/epoch_stats.h"
 #include "loader/fetch.h"
 #include "loader/runtime/reorder_buffer.h"
 #include "loader/runtime/worker_rings.h"
@@ -139,6 +140,9 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   std::pair<uint64_t, int> awaited() const;
   /// Pids of the worker processes (-1: in-process, or not running).
   std::vector<int> pids() const;
+  /// The stage figures of epoch `epoch` (tasks sent, in flight, ready, waits, each
+  /// worker): its counters while it runs; nothing is filled for another epoch.  Any thread.
+  void stats(uint64_t epoch, EpochStats& out) const;
 
   // ---- any thread but a reader
   /// A batch in `slab` was dropped by the application.
@@ -188,6 +192,7 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
     int stopped_ticks = 0;            ///< worker actor only
     uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
     bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
+    uint64_t delivered = 0;           ///< its batches next() returned in this epoch
   };
 
   /// A new generation for `s` (lifecycle Starting, hello/watchdog state reset).
@@ -234,6 +239,7 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   std::optional<Delivery> fatal_;
   bool exhausted_ = false;
   bool stopped_ = false;
+  uint64_t waits_ = 0;             ///< next() calls of this epoch that found nothing ready
 };
 
 }  // namespace loader::runtime

@@ -183,6 +183,11 @@ class MultiProcessEpoch final : public EpochBackend {
 
   std::vector<int> worker_pids() override { return pool_ ? pool_->pipeline().pids() : std::vector<int>{}; }
 
+  void stats(EpochStats& out) const override {
+    if (finished_) out = ended_;  // the figures as the epoch ended (its pool may serve another)
+    else pool_->pipeline().stats(epoch_, out);
+  }
+
   std::optional<Value> next() override {
     if (finished_) return std::nullopt;
     std::optional<std::chrono::steady_clock::time_point> deadline;
@@ -240,6 +245,7 @@ class MultiProcessEpoch final : public EpochBackend {
   void finish() {
     if (finished_) return;
     finished_ = true;
+    pool_->pipeline().stats(epoch_, ended_);  // before end_epoch: the epoch's figures as it ended
     // Stopped synchronously: no sampler draw happens after the epoch ends.
     pool_->pipeline().end_epoch(epoch_);
     if (!state_->options.persistent_workers) {
@@ -254,6 +260,7 @@ class MultiProcessEpoch final : public EpochBackend {
   double timeout_ = 0;
   uint64_t epoch_ = 0;  ///< this epoch's id in the pipeline
   bool finished_ = false;
+  EpochStats ended_;     ///< the stage figures when the epoch ended
 };
 
 }  // namespace
