@@ -8,14 +8,14 @@
 #include <sstream>
 
 #include "loader/error.h"
+#include "loader/runtime/actor_system.h"
 #include "loader/runtime/batch_codec.h"
 #include "loader/runtime/epoch.h"
 #include "loader/runtime/pipeline.h"
 #include "loader/runtime/pool.h"
+#include "loader/runtime/pool_actor.h"
 #include "loader/runtime/protocol.h"
 #include "loader/runtime/slab_store.h"
-#include "loader/runtime/actor_system.h"
-#include "loader/runtime/pool_actor.h"
 #include "loader/runtime/worker_main_loop.h"
 #include "loader/warnings.h"
 
