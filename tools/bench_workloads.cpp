@@ -341,7 +341,6 @@ class MapWorkload final : public Dataset {
       mapping_ = map_file(path, workload, n);
       const auto h = layout(workload, n);
       features_ = mapping_->data() + h.features_offset;
-      features_offset_ = h.features_offset;
       labels_ = reinterpret_cast<const int64_t*>(mapping_->data() + h.labels_offset);
       std::shared_ptr<const void> owner = mapping_;
       auto storage = [&](uint64_t off, uint64_t len) {
@@ -380,28 +379,17 @@ class MapWorkload final : public Dataset {
     check(i);
     auto* label = static_cast<int64_t*>(leaves[1]);
     if (mapping_) {
-      // In a worker process, W2 and W3 read their 150 KB images with pread, not through
-      // the mapping: a process reading a 3 GB mapping at random builds its page tables
-      // one fault at a time (about 2 us per 64 KiB of fault-around on a virtual machine,
-      // bench/analysis.md), and each worker process would pay that for the whole file
-      // again.  The main process (0 workers) keeps its mapping for the loader's life, so
-      // after the first epoch a plain copy from it is the faster path.
-      const bool read = in_worker_ && wl_ != 1;
+      // Every process copies its samples straight out of its mapping of the data file
+      // (map_file: one mapping per worker process, kept across epochs).  Measured against
+      // pread into the batch on this machine (2026-11-25, 2 workers, 2 x 4 epochs
+      // alternated): W2 49-52 k -> 55-65 k samples/s warm and 31-32 k -> 34 k in the
+      // first epoch, W3 15-17 k -> 20-23 k; a worker's first read of a page costs a
+      // fault, but pread's per-page kernel copy costs more on every read.
+      const uint8_t* src = features_ + static_cast<uint64_t>(i) * (wl_ == 1 ? 64 : kImageBytes);
       switch (wl_) {
-        case 1: std::memcpy(leaves[0], features_ + i * 64, 64); break;
-        case 2:
-          if (read) read_image(i, leaves[0]);
-          else std::memcpy(leaves[0], features_ + static_cast<uint64_t>(i) * kImageBytes, kImageBytes);
-          break;
-        default: {
-          const uint8_t* src = features_ + static_cast<uint64_t>(i) * kImageBytes;
-          if (read) {
-            thread_local std::vector<uint8_t> image(kImageBytes);
-            read_image(i, image.data());
-            src = image.data();
-          }
-          w3_image(i, src, static_cast<float*>(leaves[0]));
-        }
+        case 1: std::memcpy(leaves[0], src, 64); break;
+        case 2: std::memcpy(leaves[0], src, kImageBytes); break;
+        default: w3_image(i, src, static_cast<float*>(leaves[0]));
       }
       *label = labels_[i];
       return;
@@ -439,20 +427,6 @@ class MapWorkload final : public Dataset {
       throw IndexError("bench_w" + std::to_string(wl_) + ": index " + std::to_string(i) +
                        " is out of range for a dataset of " + std::to_string(n_) + " samples");
   }
-  /// Reads image `i` from the data file into `out` (kImageBytes).
-  void read_image(int64_t i, void* out) const {
-    auto* dst = static_cast<uint8_t*>(out);
-    uint64_t done = 0;
-    const uint64_t at = features_offset_ + static_cast<uint64_t>(i) * kImageBytes;
-    while (done < kImageBytes) {
-      const ssize_t got = ::pread(mapping_->fd(), dst + done, kImageBytes - done, static_cast<off_t>(at + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0)
-        throw RuntimeError("bench_w" + std::to_string(wl_) + ": cannot read sample " + std::to_string(i) +
-                           " from the data file: " + (got < 0 ? errno_text() : std::string("unexpected end of file")));
-      done += static_cast<uint64_t>(got);
-    }
-  }
   Dims sample_shape() const { return wl_ == 1 ? Dims{16} : Dims{3, 224, 224}; }
   DType sample_dtype() const { return wl_ == 2 ? DType::UInt8 : DType::Float32; }
 
@@ -460,8 +434,6 @@ class MapWorkload final : public Dataset {
   int64_t n_;
   std::shared_ptr<Mapping> mapping_;
   const uint8_t* features_ = nullptr;
-  uint64_t features_offset_ = 0;
-  bool in_worker_ = get_worker_info() != nullptr;
   const int64_t* labels_ = nullptr;
   Tensor features_tensor_, labels_tensor_;
   Value spec_;
