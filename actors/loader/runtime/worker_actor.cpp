@@ -4,6 +4,23 @@ namespace loader::runtime {
 
 namespace {
 
+/// Runs `f` on the control; an exception of any kind becomes the loader's fatal error,
+/// naming `who` and `what` it was handling.
+template <class F>
+void guarded(const std::weak_ptr<WorkerControl>& weak, const std::string& who, const char* what, F&& f) {
+  auto control = weak.lock();
+  if (!control) return;
+  try {
+    f(*control);
+  } catch (const std::exception& e) {
+    control->fail_all("RuntimeError",
+                      "DataLoader runtime: " + who + " failed while handling " + what + ": " + e.what());
+  } catch (...) {
+    control->fail_all("RuntimeError",
+                      "DataLoader runtime: " + who + " failed while handling " + what + ": an unknown exception");
+  }
+}
+
 struct WorkerActorState {
   std::weak_ptr<WorkerControl> control;
   int worker = -1;
@@ -19,15 +36,15 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, std::weak_ptr<W
   self->state.who = "the actor of DataLoader worker " + std::to_string(worker);
   return {
       [self](down_atom, uint32_t gen) {
-        detail::guarded(self->state.control, self->state.who, "a worker restart",
+        guarded(self->state.control, self->state.who, "a worker restart",
                         [&](WorkerControl& c) { c.restart(self->state.worker, gen); });
       },
       [self](flush_atom) {
-        detail::guarded(self->state.control, self->state.who, "queued frames",
+        guarded(self->state.control, self->state.who, "queued frames",
                         [&](WorkerControl& c) { c.flush(self->state.worker); });
       },
       [self](watch_atom, int64_t tick_ms) {
-        detail::guarded(self->state.control, self->state.who, "the watchdog", [&](WorkerControl& c) {
+        guarded(self->state.control, self->state.who, "the watchdog", [&](WorkerControl& c) {
           c.watch(self->state.worker, std::chrono::milliseconds(tick_ms));
         });
       },

@@ -36,23 +36,4 @@ class WorkerControl {
 /// pipeline is gone its messages do nothing.
 worker_actor spawn_worker_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int worker);
 
-namespace detail {
-/// Runs `f` on the control; an exception becomes the loader's fatal error, naming
-/// `who` and `what` it was handling.  Shared by the worker and pool actors.
-template <class F>
-void guarded(const std::weak_ptr<WorkerControl>& weak, const std::string& who, const char* what, F&& f) {
-  auto control = weak.lock();
-  if (!control) return;
-  try {
-    f(*control);
-  } catch (const std::exception& e) {
-    control->fail_all("RuntimeError",
-                      "DataLoader runtime: " + who + " failed while handling " + what + ": " + e.what());
-  } catch (...) {
-    control->fail_all("RuntimeError",
-                      "DataLoader runtime: " + who + " failed while handling " + what + ": an unknown exception");
-  }
-}
-}  // namespace detail
-
 }  // namespace loader::runtime
