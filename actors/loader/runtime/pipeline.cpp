@@ -508,9 +508,7 @@ std::vector<int> Pipeline::pids() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<int> out;
   for (const auto& s : slots_) {
-    bool live = s->link && (s->life.state() == WorkerLifecycle::State::Running ||
-                            s->life.state() == WorkerLifecycle::State::Starting);
-    out.push_back(live ? s->link->pid() : -1);
+    out.push_back(s->live_pid());
   }
   return out;
 }
@@ -527,11 +525,8 @@ void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
   out.workers.clear();
   for (const auto& s : slots_) {
     EpochStats::Worker w;
-    const auto st = s->life.state();
-    w.pid = s->link && (st == WorkerLifecycle::State::Running || st == WorkerLifecycle::State::Starting)
-                ? s->link->pid()
-                : -1;
-    w.state = to_string(st);
+    w.pid = s->live_pid();
+    w.state = to_string(s->life.state());
     w.restarts = s->life.restarts();
     w.held = static_cast<int64_t>(s->life.held().size());
     w.delivered = static_cast<int64_t>(s->delivered);

@@ -193,6 +193,8 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
     uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
     bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
     uint64_t delivered = 0;           ///< its batches next() returned in this epoch
+    /// The pid of a starting or running incarnation, else -1.  REQUIRES: mu_ held.
+    int live_pid() const { return link && life.accepting() ? link->pid() : -1; }
   };
 
   /// A new generation for `s` (lifecycle Starting, hello/watchdog state reset).
