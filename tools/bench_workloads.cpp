@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #endif
 
+#include "loader/batch_copy.h"
 #include "loader/error.h"
 #include "loader/worker_info.h"
 
@@ -388,7 +389,7 @@ class MapWorkload final : public Dataset {
       const uint8_t* src = features_ + static_cast<uint64_t>(i) * (wl_ == 1 ? 64 : kImageBytes);
       switch (wl_) {
         case 1: std::memcpy(leaves[0], src, 64); break;
-        case 2: std::memcpy(leaves[0], src, kImageBytes); break;
+        case 2: copy_into_batch(leaves[0], src, kImageBytes); break;
         default: w3_image(i, src, static_cast<float*>(leaves[0]));
       }
       *label = labels_[i];

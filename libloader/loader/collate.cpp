@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "loader/batch_copy.h"
 #include "loader/error.h"
 
 namespace loader {
@@ -156,7 +157,10 @@ class Collator {
     for (size_t i = 0; i < n; ++i) {
       const Tensor& t = batch[i]->to_tensor();
       if (t.dtype() == dtype) {
-        copy_to_contiguous(t, dst + i * sample_bytes);
+        if (t.is_contiguous())
+          copy_into_batch(dst + i * sample_bytes, t.data_ptr(), sample_bytes);
+        else
+          copy_to_contiguous(t, dst + i * sample_bytes);
       } else {
         Tensor slot = out.select(0, static_cast<int64_t>(i));
         slot.copy_(t);

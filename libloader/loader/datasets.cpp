@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "loader/batch_copy.h"
 #include "loader/error.h"
 #include "loader/worker_info.h"
 
@@ -127,8 +128,8 @@ void TensorDataset::get_into(int64_t index, void* const* leaves) {
     const Tensor& t = tensors_[k];
     if (t.is_contiguous()) {
       const size_t row_bytes = t.nbytes() / static_cast<size_t>(size_);
-      std::memcpy(leaves[k], static_cast<const uint8_t*>(t.data_ptr()) + static_cast<size_t>(i) * row_bytes,
-                  row_bytes);
+      copy_into_batch(leaves[k], static_cast<const uint8_t*>(t.data_ptr()) + static_cast<size_t>(i) * row_bytes,
+                      row_bytes);
     } else {
       copy_to_contiguous(t.select(0, i), leaves[k]);
     }
@@ -155,7 +156,7 @@ void TensorDataset::get_batch_into(const IndexBatch& indices, const BatchRows& r
     constexpr size_t kAhead = 8;
     for (size_t r = 0; r < n; ++r) {
       if (r + kAhead < n) __builtin_prefetch(src + static_cast<size_t>(row_of(r + kAhead)) * bytes);
-      std::memcpy(dst + r * bytes, src + static_cast<size_t>(row_of(r)) * bytes, bytes);
+      copy_into_batch(dst + r * bytes, src + static_cast<size_t>(row_of(r)) * bytes, bytes);
     }
   }
 }

@@ -12,9 +12,10 @@
 
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <type_traits>
 #include <vector>
+
+#include "loader/mt19937.h"
 
 namespace loader {
 
@@ -28,28 +29,28 @@ class Generator {
   /// Re-seeds (torch.Generator.manual_seed); draws still owed (lend) are dropped.
   void manual_seed(uint64_t seed) {
     initial_seed_ = seed;
-    engine_.seed(static_cast<uint32_t>(seed & 0xffffffffULL));
+    engine_.seed_with(static_cast<uint32_t>(seed & 0xffffffffULL));
     owed_ = 0;
   }
   uint64_t initial_seed() const noexcept { return initial_seed_; }
 
   /// The whole state (engine + initial seed) as bytes, and back: a restarted worker
   /// resumes the stream exactly where its first unfinished task began.
-  static constexpr size_t kStateBytes = sizeof(std::mt19937) + sizeof(uint64_t);
+  static constexpr size_t kStateBytes = sizeof(Mt19937) + sizeof(uint64_t);
   /// The saved state is the one after the draws still owed (lend), as if they were made.
   void save_state(unsigned char* out) const {
     if (owed_ != 0) {
-      std::mt19937 settled = engine_;
+      Mt19937 settled = engine_;
       settled.discard(owed_);
-      std::memcpy(out, &settled, sizeof(std::mt19937));
+      std::memcpy(out, &settled, sizeof(Mt19937));
     } else {
-      std::memcpy(out, &engine_, sizeof(std::mt19937));
+      std::memcpy(out, &engine_, sizeof(Mt19937));
     }
-    std::memcpy(out + sizeof(std::mt19937), &initial_seed_, sizeof(uint64_t));
+    std::memcpy(out + sizeof(Mt19937), &initial_seed_, sizeof(uint64_t));
   }
   void load_state(const unsigned char* in) noexcept {
-    std::memcpy(&engine_, in, sizeof(std::mt19937));
-    std::memcpy(&initial_seed_, in + sizeof(std::mt19937), sizeof(uint64_t));
+    std::memcpy(&engine_, in, sizeof(Mt19937));
+    std::memcpy(&initial_seed_, in + sizeof(Mt19937), sizeof(uint64_t));
     owed_ = 0;
   }
 
@@ -106,8 +107,7 @@ class Generator {
     }
   }
 
-  static_assert(std::is_trivially_copyable<std::mt19937>::value, "save_state copies the engine's bytes");
-  std::mt19937 engine_;
+  Mt19937 engine_;
   uint64_t initial_seed_ = kDefaultSeed;
   uint64_t owed_ = 0;    // draws lent to a copy and not yet made here or repaid
   uint64_t ticket_ = 0;  // the latest loan

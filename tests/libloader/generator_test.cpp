@@ -14,10 +14,12 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "loader/mt19937.h"
 #include "loader/samplers.h"
 #include "test_util.h"
 
@@ -65,6 +67,26 @@ TEST(Generator, SeedsWithTheLow32BitsAndKeepsTheFullSeed) {
   std::cout << "[ golden   ] random_sampler.seed_congruence: " << checked << " cases checked, 0 skipped\n";
   RecordProperty("seed_congruence_checked", checked);
   ASSERT_GT(checked, 0);
+}
+
+TEST(Mt19937, SameOutputsAsTheStandardEngineAcrossManyRegenerations) {
+  for (uint32_t seed : {0u, 1u, 5489u, 42u, 0x80000000u, 0xffffffffu}) {
+    std::mt19937 reference(seed);
+    Mt19937 engine(seed);
+    for (int i = 0; i < 624 * 7 + 5; ++i) ASSERT_EQ(engine(), static_cast<uint32_t>(reference())) << "seed " << seed << " output " << i;
+  }
+}
+
+TEST(Mt19937, DiscardSkipsExactlyThatManyOutputs) {
+  // Skips inside one block of 624, up to its end, and across several regenerations.
+  for (uint64_t k : {0ull, 1ull, 100ull, 623ull, 624ull, 625ull, 5000ull, 250000ull}) {
+    std::mt19937 reference(7);
+    Mt19937 engine(7);
+    for (int warm = 0; warm < 300; ++warm) ASSERT_EQ(engine(), static_cast<uint32_t>(reference()));
+    reference.discard(k);
+    engine.discard(k);
+    for (int i = 0; i < 1300; ++i) ASSERT_EQ(engine(), static_cast<uint32_t>(reference())) << "discard " << k;
+  }
 }
 
 TEST(Generator, DefaultGeneratorIsSharedUnlessAThreadScopesItsOwn) {

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 
+#include "loader/batch_copy.h"
 #include "loader/error.h"
 #include "loader/runtime/worker_rings.h"
 #include "loader/runtime/rng_state_page.h"
@@ -269,6 +270,8 @@ std::optional<int> run_worker_if_requested(int /*argc*/, char** /*argv*/) {
   if (getppid() != parent) _exit(0);
   signal(SIGINT, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
+  // This process writes batches that the main process reads (loader/batch_copy.h).
+  set_batch_copy_streaming(true);
   int rc = run_worker_loop(sock, parent);
   close(sock);
   // Skip static destructors of the host program: a worker has nothing to flush.
