@@ -42,6 +42,7 @@ void stream_copy(uint8_t* d, const uint8_t* s, size_t n) noexcept {
 }  // namespace
 
 void copy_into_batch(void* dst, const void* src, size_t n) noexcept {
+  if (n == 0) return;  // an empty tensor's data pointer may be null
 #if defined(__SSE2__)
   if (n >= kStreamingCopyMin && streaming.load(std::memory_order_relaxed)) {
     stream_copy(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n);

@@ -42,6 +42,11 @@ TEST(CopyIntoBatch, SameBytesAsMemcpyForEverySizeAndAlignment) {
   }
 }
 
+TEST(CopyIntoBatch, NothingToCopyMayComeWithNullPointers) {
+  // An empty tensor's data pointer is null; copying its zero bytes is a no-op.
+  copy_into_batch(nullptr, nullptr, 0);
+}
+
 TEST(CopyIntoBatch, OffInTheMainProcessUntilTheRuntimeTurnsItOn) {
   // Only a worker process (run_worker_if_requested) turns the streaming stores on.
   EXPECT_FALSE(batch_copy_streaming());
