@@ -27,7 +27,7 @@ inline void step4(uint32_t* mt, int i, int far) noexcept {
   const u32x4 cur = load4(mt + i);
   const u32x4 nxt = load4(mt + i + 1);
   const u32x4 y = (cur & 0x80000000u) | (nxt & 0x7fffffffu);
-  const u32x4 odd = (nxt & 1u) == 1u;  // all ones where the low bit is set
+  const u32x4 odd = reinterpret_cast<u32x4>((nxt & 1u) == 1u);  // all ones where the low bit is set
   const u32x4 out = load4(mt + far) ^ (y >> 1) ^ (odd & 0x9908b0dfu);
   std::memcpy(mt + i, &out, sizeof out);
 }
