@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "loader/mt19937.h"

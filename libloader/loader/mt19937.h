@@ -52,7 +52,7 @@ class Mt19937 {
   }
 
  private:
-  /// The next 624 words from the current ones (out of line, in generator.cpp).
+  /// The next 624 words from the current ones (mt19937.cpp).
   void regenerate() noexcept;
 
   uint32_t mt_[kN];
