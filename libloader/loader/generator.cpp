@@ -1,7 +1,13 @@
 #include "loader/generator.h"
 
 #include <algorithm>
-#include <type_traits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include <sys/mman.h>
+#include <unistd.h>
 #include <utility>
 
 namespace loader {
@@ -41,17 +47,93 @@ std::vector<int64_t> randperm(int64_t n, Generator& g) {
 
 // randperm's steps above, one element at a time.  randperm keeps its own loop: it fills
 // its int64 result in place, with no per-element call.
+namespace {
+// Slots of at least this many bytes are mapped on their own (see slots_of).
+constexpr size_t kMapSlots = size_t{128} << 10;  // glibc maps calloc blocks this large anew
+
+// The mapping of the last large pass that ended, kept for the next one (an epoch's
+// sampler follows the previous one's): reused, it is written once with zeros, in
+// order, instead of faulting in again page by page; it is zeroed as it is given back.
+// One per process, at most
+// kMaxSpare bytes (a pass of 16 M elements), so a large pass leaves nothing held.
+constexpr size_t kMaxSpare = size_t{64} << 20;
+struct SpareSlots {
+  std::mutex mu;
+  void* p = nullptr;
+  size_t bytes = 0;
+};
+SpareSlots& spare_slots() {
+  static auto* spare = new SpareSlots;  // never destroyed: deleters may run at exit
+  return *spare;
+}
+}  // namespace
+
+void LazyPermutation::SlotsDeleter::operator()(void* p) const noexcept {
+  if (mapped_bytes == 0) {
+    std::free(p);
+    return;
+  }
+  void* drop = p;
+  size_t drop_bytes = mapped_bytes;
+  if (mapped_bytes <= kMaxSpare) {
+    // Zeroed now, as the pass ends (its last batches are still on their way), not when
+    // the next pass starts and its first batch waits.
+    std::memset(p, 0, mapped_bytes);
+    auto& spare = spare_slots();
+    std::lock_guard<std::mutex> lock(spare.mu);
+    if (spare.bytes <= mapped_bytes) {  // keep the larger one
+      std::swap(drop, spare.p);
+      std::swap(drop_bytes, spare.bytes);
+    }
+  }
+  if (drop) ::munmap(drop, drop_bytes);
+}
+
+// Zero-filled slots (see the header).  Large ones get their own anonymous mapping: the
+// spare one of the previous pass when it is large enough (zeroed already), or a new one,
+// whose pages the pass faults in where it first touches them.  (Not marked for
+// transparent huge pages: with the kernel's default defrag=madvise such a fault may
+// compact memory first, seen here as 8 ms stalls of the first batch.)  Small ones come
+// from calloc.
+void* LazyPermutation::slots_of(size_t count, size_t size, SlotsDeleter& deleter) {
+  const size_t bytes = std::max<size_t>(count, 1) * size;
+  if (bytes < kMapSlots) {
+    void* p = std::calloc(std::max<size_t>(count, 1), size);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t mapped = (bytes + page - 1) / page * page;
+  {
+    auto& spare = spare_slots();
+    std::lock_guard<std::mutex> lock(spare.mu);
+    if (spare.p && spare.bytes >= mapped) {
+      void* p = spare.p;
+      deleter.mapped_bytes = spare.bytes;
+      spare.p = nullptr;
+      spare.bytes = 0;
+      return p;
+    }
+  }
+  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  deleter.mapped_bytes = mapped;
+  return p;
+}
+
 LazyPermutation::LazyPermutation(int64_t n, Generator& g)
     : n_(n > 0 ? n : 0), source_(&g),
       rng_(g.lend(static_cast<uint64_t>(n_ > 1 ? n_ - 1 : 0), &ticket_)) {
-  auto fill = [](auto& r, int64_t size) {
-    r.resize(static_cast<size_t>(size));
-    for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<typename std::decay_t<decltype(r)>::value_type>(i);
-  };
-  if (static_cast<uint64_t>(n_) <= (uint64_t{1} << 32))
-    fill(r32_, n_);
-  else
-    fill(r64_, n_);
+  const auto count = static_cast<size_t>(n_);
+  if (static_cast<uint64_t>(n_) < (uint64_t{1} << 32)) {
+    SlotsDeleter d;
+    auto* p = static_cast<uint32_t*>(slots_of(count, sizeof(uint32_t), d));
+    r32_ = std::unique_ptr<uint32_t[], SlotsDeleter>(p, d);
+  } else {
+    SlotsDeleter d;
+    auto* p = static_cast<uint64_t*>(slots_of(count, sizeof(uint64_t), d));
+    r64_ = std::unique_ptr<uint64_t[], SlotsDeleter>(p, d);
+  }
   if (n_ <= 1) {  // no draws: nothing owed
     source_->repay(ticket_, rng_);
     repaid_ = true;
@@ -59,7 +141,7 @@ LazyPermutation::LazyPermutation(int64_t n, Generator& g)
 }
 
 // Draws the z of every step below `upto` not drawn yet (never past the pass's n - 1
-// draws) and prefetches the element each will swap with.
+// draws) and prefetches the slot each will swap with.
 void LazyPermutation::draw_ahead(int64_t upto) {
   upto = std::min(upto, n_ - 1);
   for (; drawn_ < upto; ++drawn_) {
@@ -77,34 +159,47 @@ void LazyPermutation::draw_ahead(int64_t upto) {
   }
 }
 
+// randperm's step i: swap places i and j = i + z_i, and place i is final.  No later step
+// reads place i (each reads only places at or after its own), so only place j is written.
 template <class T>
-int64_t LazyPermutation::step(std::vector<T>& r) {
-  const auto i = static_cast<size_t>(i_);
-  if (i_ + 1 < n_) {  // randperm's step i (the last element needs no draw)
+int64_t LazyPermutation::step(T* r) {
+  const auto i = static_cast<uint64_t>(i_);
+  auto element_at = [r](uint64_t place) -> uint64_t {
+    const T v = r[place];
+    return v != 0 ? static_cast<uint64_t>(v) - 1 : place;
+  };
+  uint64_t out;
+  if (i_ + 1 < n_) {  // the last element needs no draw
     if (drawn_ <= i_) draw_ahead(i_ + kLookahead);
-    std::swap(r[i], r[i + ahead_[i_ % kLookahead]]);
+    const uint64_t j = i + ahead_[i_ % kLookahead];
+    out = element_at(j);
+    if (j != i) r[j] = static_cast<T>(element_at(i) + 1);
+  } else {
+    out = element_at(i);
   }
   ++i_;
-  return static_cast<int64_t>(r[i]);
+  return static_cast<int64_t>(out);
 }
 
-int64_t LazyPermutation::next() { return wide() ? step(r64_) : step(r32_); }
+int64_t LazyPermutation::next() { return wide() ? step(r64_.get()) : step(r32_.get()); }
 
 void LazyPermutation::take(std::vector<int64_t>& out, size_t m) {
   if (wide())
-    for (size_t j = 0; j < m; ++j) out.push_back(step(r64_));
+    for (size_t j = 0; j < m; ++j) out.push_back(step(r64_.get()));
   else
-    for (size_t j = 0; j < m; ++j) out.push_back(step(r32_));
+    for (size_t j = 0; j < m; ++j) out.push_back(step(r32_.get()));
 }
 
 void LazyPermutation::finish() {
+  // No element will be taken any more: the slots go now (to the spare, zeroed).
+  r32_.reset();
+  r64_.reset();
+  i_ = n_;
   if (repaid_) return;
   for (int64_t i = drawn_; i + 1 < n_; ++i) rng_.random();
   drawn_ = n_ > 0 ? n_ - 1 : 0;
-  i_ = n_;
   source_->repay(ticket_, rng_);
   repaid_ = true;
 }
 
 }  // namespace loader
-

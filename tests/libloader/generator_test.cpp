@@ -277,6 +277,64 @@ TEST(LazyPermutation, TakeInBulkEqualsNextOneByOne) {
   }
 }
 
+TEST(LazyPermutation, PassesReusingTheSlotsOfEarlierOnesGiveRandpermsElements) {
+  // Large passes hand their slots on to the next pass (zeroed when given back): a pass
+  // after a larger one, after a smaller one, after one stopped early, and two at once.
+  Generator eager(9), lazy(9);
+  for (int64_t n : {100000, 60000, 150000, 100000}) {
+    const std::vector<int64_t> want = randperm(n, eager);
+    LazyPermutation p(n, lazy);
+    std::vector<int64_t> got;
+    p.take(got, static_cast<size_t>(n));
+    EXPECT_EQ(got, want) << "n=" << n;
+  }
+  {
+    const std::vector<int64_t> want = randperm(120000, eager);
+    LazyPermutation p(120000, lazy);
+    std::vector<int64_t> got;
+    p.take(got, 5000);
+    p.finish();  // randperm(n)[:5000]
+    EXPECT_EQ(got, std::vector<int64_t>(want.begin(), want.begin() + 5000));
+    EXPECT_EQ(p.remaining(), 0);
+  }
+  const std::vector<int64_t> want_a = randperm(90000, eager);
+  const std::vector<int64_t> want_b = randperm(80000, eager);
+  LazyPermutation a(90000, lazy);
+  LazyPermutation b(80000, lazy);
+  std::vector<int64_t> got_a, got_b;
+  while (a.remaining() > 0 || b.remaining() > 0) {
+    if (a.remaining() > 0) got_a.push_back(a.next());
+    if (b.remaining() > 0) got_b.push_back(b.next());
+  }
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, want_b);
+  EXPECT_EQ(lazy.random(), eager.random());
+}
+
+// Resident memory of this process in bytes (/proc/self/statm).
+static uint64_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+TEST(LazyPermutation, TheFirstElementsOfALargePassTouchOnlyThePagesTheyUse) {
+  // A pass over 50 M elements keeps 200 MB of slots; its first elements must not cost a
+  // write over all of them (the first batch of an epoch waits for them).  16 elements
+  // touch at most 32 places: a few pages, 2 MB each even where huge pages are on.
+  const int64_t n = 50'000'000;
+  Generator eager(5), lazy(5);
+  const std::vector<int64_t> want = randperm(n, eager);
+  const uint64_t before = resident_bytes();
+  LazyPermutation p(n, lazy);
+  std::vector<int64_t> got;
+  p.take(got, 16);
+  const uint64_t grown = resident_bytes() - std::min(before, resident_bytes());
+  EXPECT_LT(grown, uint64_t{100} << 20) << "the slots were written before the first element";
+  EXPECT_EQ(got, std::vector<int64_t>(want.begin(), want.begin() + 16));
+}
+
 TEST(SamplerCursor, NextManyYieldsWhatNextYields) {
   // Every RandomSampler shape (with and without replacement, num_samples below, equal to
   // and above n, with a tail) and the list cursor: bulk reads in uneven chunks, mixed with
