@@ -114,9 +114,10 @@ class Generator {
 };
 
 /// The default generator (torch's default CPU generator), shared by the process like
-/// PyTorch's.  Not synchronised: while an epoch with workers runs, the runtime's
-/// sampler actor draws from it (when no generator was given), so do not draw from
-/// it concurrently.  A worker (a child process, or an in-process worker thread with
+/// PyTorch's.  Not synchronised: a loader's sampler draws from it (when no generator
+/// was given) in the thread that iterates the loader (iter() and next(), with or
+/// without workers), as PyTorch's does, so do not draw from it in another thread
+/// meanwhile.  A worker (a child process, or an in-process worker thread with
 /// a DefaultGeneratorScope) has its own, seeded with its worker seed.
 Generator& default_generator();
 /// torch.manual_seed(seed): re-seeds the default generator.
