@@ -5,10 +5,10 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <utility>
 
 #include <sys/mman.h>
 #include <unistd.h>
-#include <utility>
 
 namespace loader {
 
@@ -45,17 +45,15 @@ std::vector<int64_t> randperm(int64_t n, Generator& g) {
   return r;
 }
 
-// randperm's steps above, one element at a time.  randperm keeps its own loop: it fills
-// its int64 result in place, with no per-element call.
+// ------------------------------------------------------------------ LazyPermutation
 namespace {
 // Slots of at least this many bytes are mapped on their own (see slots_of).
 constexpr size_t kMapSlots = size_t{128} << 10;  // glibc maps calloc blocks this large anew
 
 // The mapping of the last large pass that ended, kept for the next one (an epoch's
-// sampler follows the previous one's): reused, it is written once with zeros, in
-// order, instead of faulting in again page by page; it is zeroed as it is given back.
-// One per process, at most
-// kMaxSpare bytes (a pass of 16 M elements), so a large pass leaves nothing held.
+// sampler follows the previous one's): zeroed in order as it is given back, instead of
+// faulting in again page by page in the next pass.  One per process, at most kMaxSpare
+// bytes (a pass of 16 M elements), so a larger pass leaves nothing held.
 constexpr size_t kMaxSpare = size_t{64} << 20;
 struct SpareSlots {
   std::mutex mu;
@@ -73,17 +71,22 @@ void LazyPermutation::SlotsDeleter::operator()(void* p) const noexcept {
     std::free(p);
     return;
   }
+  auto& spare = spare_slots();
+  auto keep = [&] { return mapped_bytes <= kMaxSpare && spare.bytes <= mapped_bytes; };  // the larger one
   void* drop = p;
   size_t drop_bytes = mapped_bytes;
-  if (mapped_bytes <= kMaxSpare) {
-    // Zeroed now, as the pass ends (its last batches are still on their way), not when
-    // the next pass starts and its first batch waits.
-    std::memset(p, 0, mapped_bytes);
-    auto& spare = spare_slots();
-    std::lock_guard<std::mutex> lock(spare.mu);
-    if (spare.bytes <= mapped_bytes) {  // keep the larger one
-      std::swap(drop, spare.p);
-      std::swap(drop_bytes, spare.bytes);
+  {
+    std::unique_lock<std::mutex> lock(spare.mu);
+    if (keep()) {
+      lock.unlock();
+      // Zeroed now, as the pass ends (its last batches are still on their way), not when
+      // the next pass starts and its first batch waits.  Past used_bytes it is still zero.
+      std::memset(p, 0, used_bytes);
+      lock.lock();
+      if (keep()) {
+        std::swap(drop, spare.p);
+        std::swap(drop_bytes, spare.bytes);
+      }
     }
   }
   if (drop) ::munmap(drop, drop_bytes);
@@ -110,6 +113,7 @@ void* LazyPermutation::slots_of(size_t count, size_t size, SlotsDeleter& deleter
     if (spare.p && spare.bytes >= mapped) {
       void* p = spare.p;
       deleter.mapped_bytes = spare.bytes;
+      deleter.used_bytes = bytes;
       spare.p = nullptr;
       spare.bytes = 0;
       return p;
@@ -118,6 +122,7 @@ void* LazyPermutation::slots_of(size_t count, size_t size, SlotsDeleter& deleter
   void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   deleter.mapped_bytes = mapped;
+  deleter.used_bytes = bytes;
   return p;
 }
 

@@ -174,6 +174,7 @@ class LazyPermutation {
   struct SlotsDeleter {
     SlotsDeleter() noexcept {}
     size_t mapped_bytes = 0;  ///< 0: from calloc
+    size_t used_bytes = 0;    ///< the bytes the pass may have written (a mapping's first ones)
     void operator()(void* p) const noexcept;
   };
   static void* slots_of(size_t count, size_t size, SlotsDeleter& deleter);
