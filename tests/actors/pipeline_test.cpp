@@ -360,7 +360,7 @@ TEST_F(PipelineScripted, AKeptWorkerThatDiesBeforeItsFirstTaskOfAnEpochIsReplace
   // died between epochs: PyTorch would have started a fresh process anyway.
   make(2, 2);  // no restarts allowed
   const std::vector<WorkerConfig> fresh = configs(2, 200);
-  pipeline_->reinit(fresh);
+  ASSERT_TRUE(pipeline_->reinit(fresh));
   const uint32_t old_gen = current(0).gen;
   pipeline_->on_down(0, old_gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
   ASSERT_TRUE(sched_.try_run_once()) << "its worker actor restarts it";
@@ -376,11 +376,36 @@ TEST_F(PipelineScripted, AKeptWorkerThatDiesBeforeItsFirstTaskOfAnEpochIsReplace
   for (uint64_t t = 0; t < 4; ++t) EXPECT_EQ(next_now(epoch).task, t);
   // Worker 1 has started a task of this epoch (its state page says so): its death is a
   // death in the epoch, fatal without restarts, whatever pool it came from.
-  pipeline_->reinit(fresh);
+  ASSERT_TRUE(pipeline_->reinit(fresh));
   RngStatePage(current(1).state_mapping.data()).write(1000, RngStatePage::Before, Generator(1));
   pipeline_->on_down(1, current(1).gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
   EXPECT_FALSE(sched_.try_run_once()) << "no restart";
   EXPECT_EQ(pipeline_->worker_state(1), WorkerLifecycle::State::Dead);
+}
+
+TEST_F(PipelineScripted, AKeptPoolWhoseWorkerDiedIdleRefusesTheNextEpochAndSendsNothing) {
+  // A worker of a non-persistent loader's idle pool dies after the epoch in which it ran
+  // tasks: its death is judged when reported, before the pool is re-initialised (no
+  // restarts: dead).  The pool then refuses the re-initialisation in the same step that
+  // would send the new configurations, so the loader makes a new pool (it once checked
+  // health first and re-initialised after, and a death reported in between failed the
+  // next epoch).
+  make(2, 2);
+  say_ready(0);
+  say_ready(1);
+  const uint64_t epoch = pipeline_->begin_epoch(batches_of(8, 2), false);
+  for (int w = 0; w < 2; ++w)
+    for (const Got& g : take_tasks(w)) answer(w, g);
+  for (uint64_t t = 0; t < 4; ++t) EXPECT_EQ(next_now(epoch).kind, Delivery::Kind::Batch);
+  pipeline_->end_epoch(epoch);
+  RngStatePage(current(0).state_mapping.data()).write(3, RngStatePage::Before, Generator(1));
+  pipeline_->on_down(0, current(0).gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
+  EXPECT_FALSE(sched_.try_run_once()) << "no restart";
+  EXPECT_EQ(pipeline_->worker_state(0), WorkerLifecycle::State::Dead);
+  const size_t frames_before = current(1).socket.size();
+  EXPECT_FALSE(pipeline_->healthy());
+  EXPECT_FALSE(pipeline_->reinit(configs(2, 300)));
+  EXPECT_EQ(current(1).socket.size(), frames_before) << "no configuration went to the live worker";
 }
 
 }  // namespace

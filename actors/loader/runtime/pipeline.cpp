@@ -210,16 +210,24 @@ void Pipeline::announce_locked(int worker, uint64_t slab) {
 
 bool Pipeline::healthy() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return healthy_locked();
+}
+
+bool Pipeline::healthy_locked() const {
   if (closed_) return false;
   for (const auto& s : slots_)
     if (!s->link || !s->life.accepting()) return false;
   return true;
 }
 
-void Pipeline::reinit(std::vector<WorkerConfig> workers) {
+bool Pipeline::reinit(std::vector<WorkerConfig> workers) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (workers.size() != slots_.size()) throw RuntimeError("internal: reinit with another number of workers");
+    // Checked under the lock that queues the configurations: a death reported after this
+    // point is judged against them (on_down: a renewed worker that had not started a
+    // task of the new epoch died between epochs); one reported before it refuses the pool.
+    if (!healthy_locked()) return false;
     config_.workers = std::move(workers);
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
@@ -229,6 +237,7 @@ void Pipeline::reinit(std::vector<WorkerConfig> workers) {
     }
   }
   flush_all();
+  return true;
 }
 
 uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_streams) {
@@ -276,45 +285,62 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
         set_fatal_locked(e.python_type(), e.what(), -1);
       }
     }
-    if (!fatal_) dispatch_locked();
     id = epoch_;
     rings_->ring();  // an iterator of the epoch this one replaced wakes and ends
   }
   flush_all();
+  // The epoch's first tasks go out one at a time, each written at once: a worker does not
+  // wait while the slabs of the other workers' tasks are made (a new slab takes
+  // milliseconds: docs/transport.md).  Later tasks go out as credits come back (next()).
+  while (true) {
+    int worker;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (epoch_ != id) break;  // another epoch began meanwhile
+      worker = dispatch_one_locked();
+    }
+    if (worker < 0) break;
+    flush(worker);
+  }
   return id;
 }
 
 void Pipeline::dispatch_locked() {
-  while (!closed_ && !stopped_ && !exhausted_ && !fatal_ && dispatcher_->can_send()) {
-    auto a = dispatcher_->assign();
-    if (!a) break;
-    auto [task, worker] = *a;
-    IndexBatch indices;
-    if (!iterable_) {
-      std::optional<IndexBatch> next;
-      try {
-        next = source_->next();
-      } catch (const Error& e) {
-        dispatcher_->cancel(task);
-        set_fatal_locked(e.python_type(), std::string("the sampler failed: ") + e.what(), -1);
-        return;
-      } catch (const std::exception& e) {
-        dispatcher_->cancel(task);
-        set_fatal_locked("RuntimeError", std::string("the sampler failed: ") + e.what(), -1);
-        return;
-      }
-      if (!next) {
-        dispatcher_->cancel(task);
-        exhausted_ = true;
-        total_ = dispatcher_->next_task() - first_task_;
-        notify_locked();
-        return;
-      }
-      indices = std::move(*next);
-    }
-    slots_[static_cast<size_t>(worker)]->life.hold(task, HeldTask{epoch_, std::move(indices), 0});
-    send_task_locked(worker, task);
+  while (dispatch_one_locked() >= 0) {
   }
+}
+
+int Pipeline::dispatch_one_locked() {
+  if (closed_ || stopped_ || exhausted_ || fatal_ || !dispatcher_->can_send()) return -1;
+  auto a = dispatcher_->assign();
+  if (!a) return -1;
+  auto [task, worker] = *a;
+  IndexBatch indices;
+  if (!iterable_) {
+    std::optional<IndexBatch> next;
+    try {
+      next = source_->next();
+    } catch (const Error& e) {
+      dispatcher_->cancel(task);
+      set_fatal_locked(e.python_type(), std::string("the sampler failed: ") + e.what(), -1);
+      return -1;
+    } catch (const std::exception& e) {
+      dispatcher_->cancel(task);
+      set_fatal_locked("RuntimeError", std::string("the sampler failed: ") + e.what(), -1);
+      return -1;
+    }
+    if (!next) {
+      dispatcher_->cancel(task);
+      exhausted_ = true;
+      total_ = dispatcher_->next_task() - first_task_;
+      notify_locked();
+      return -1;
+    }
+    indices = std::move(*next);
+  }
+  slots_[static_cast<size_t>(worker)]->life.hold(task, HeldTask{epoch_, std::move(indices), 0});
+  send_task_locked(worker, task);
+  return worker;
 }
 
 void Pipeline::send_task_locked(int worker, uint64_t task) {

@@ -118,8 +118,9 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   /// Gives every (idle) worker a new configuration, as a fresh worker would start:
   /// the dataset is rebuilt from its handle, the generator seeded anew, and
   /// worker_init_fn run again (the pool of a non-persistent loader, kept between
-  /// epochs).  Tasks of the next epoch start from the new state.
-  void reinit(std::vector<WorkerConfig> workers);
+  /// epochs).  Tasks of the next epoch start from the new state.  Returns false, and
+  /// changes nothing, when a worker is dead or restarting (make a new pool instead).
+  bool reinit(std::vector<WorkerConfig> workers);
   /// True while every worker is starting or running (none dead or restarting).
   bool healthy() const;
   /// Starts an epoch (its tasks numbered on from every earlier epoch's) and returns its id.
@@ -203,7 +204,10 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   void start_locked_prepare(Slot& s);
   /// Writes the frames queued for `s`.  REQUIRES: s.flush_mu held, mu_ not held.
   void write_outbox(Slot& s);
+  /// Sends tasks while credits, workers and indices allow.
   void dispatch_locked();
+  /// Sends one task; returns the worker it went to, or -1 when none could go.
+  int dispatch_one_locked();
   void send_task_locked(int worker, uint64_t task);
   void drain_waiting_locked(int worker);
   void announce_locked(int worker, uint64_t slab);
@@ -213,6 +217,7 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   void set_fatal_locked(const std::string& type, const std::string& message, int worker);
   void release_task_slab_locked(int worker, const HeldTask& t);
   bool releasable_locked() const;
+  bool healthy_locked() const;
   void notify_locked();
   void flush_all();
   std::unique_ptr<Link> make_link(const Link::Spec& spec);

@@ -121,9 +121,10 @@ class WorkerPool {
     return out;
   }
 
-  /// Makes the (idle) workers start afresh for an epoch seeded with `base_seed`.
-  void reinit(const LoaderState& state, uint64_t base_seed) {
-    pipeline_->reinit(worker_configs(state, base_seed));
+  /// Makes the (idle) workers start afresh for an epoch seeded with `base_seed`; false
+  /// (nothing changed) when one of them is dead or restarting.
+  bool reinit(const LoaderState& state, uint64_t base_seed) {
+    return pipeline_->reinit(worker_configs(state, base_seed));
   }
 
   Pipeline& pipeline() { return *pipeline_; }
@@ -157,12 +158,12 @@ class MultiProcessEpoch final : public EpochBackend {
     auto& s = *state;
     if (s.options.persistent_workers && s.persistent_pool) {
       pool_ = s.persistent_pool;
-    } else if (!s.options.persistent_workers && s.idle_pool && s.idle_pool->pipeline().healthy()) {
+    } else if (!s.options.persistent_workers && s.idle_pool && s.idle_pool->reinit(s, base_seed)) {
       // The workers of the last epoch start afresh: dataset rebuilt from its handle,
       // new seeds, worker_init_fn again, as new processes would; their processes,
-      // mappings and slabs are kept (no spawn, no first-touch page faults).
+      // mappings and slabs are kept (no spawn, no first-touch page faults).  A pool
+      // with a worker that died meanwhile is replaced (below).
       pool_ = std::move(s.idle_pool);
-      pool_->reinit(s, base_seed);
     } else {
       s.idle_pool.reset();
       pool_ = make_worker_pool(s, base_seed);
