@@ -99,9 +99,10 @@ void LazyPermutation::SlotsDeleter::operator()(void* p) const noexcept {
 // compact memory first, seen here as 8 ms stalls of the first batch.)  Small ones come
 // from calloc.
 void* LazyPermutation::slots_of(size_t count, size_t size, SlotsDeleter& deleter) {
-  const size_t bytes = std::max<size_t>(count, 1) * size;
+  count = std::max<size_t>(count, 1);
+  const size_t bytes = count * size;
   if (bytes < kMapSlots) {
-    void* p = std::calloc(std::max<size_t>(count, 1), size);
+    void* p = std::calloc(count, size);
     if (!p) throw std::bad_alloc();
     return p;
   }
@@ -129,16 +130,13 @@ void* LazyPermutation::slots_of(size_t count, size_t size, SlotsDeleter& deleter
 LazyPermutation::LazyPermutation(int64_t n, Generator& g)
     : n_(n > 0 ? n : 0), source_(&g),
       rng_(g.lend(static_cast<uint64_t>(n_ > 1 ? n_ - 1 : 0), &ticket_)) {
-  const auto count = static_cast<size_t>(n_);
-  if (static_cast<uint64_t>(n_) < (uint64_t{1} << 32)) {
-    SlotsDeleter d;
-    auto* p = static_cast<uint32_t*>(slots_of(count, sizeof(uint32_t), d));
-    r32_ = std::unique_ptr<uint32_t[], SlotsDeleter>(p, d);
-  } else {
-    SlotsDeleter d;
-    auto* p = static_cast<uint64_t*>(slots_of(count, sizeof(uint64_t), d));
-    r64_ = std::unique_ptr<uint64_t[], SlotsDeleter>(p, d);
-  }
+  const bool narrow = static_cast<uint64_t>(n_) < (uint64_t{1} << 32);
+  SlotsDeleter d;
+  void* p = slots_of(static_cast<size_t>(n_), narrow ? sizeof(uint32_t) : sizeof(uint64_t), d);
+  if (narrow)
+    r32_ = std::unique_ptr<uint32_t[], SlotsDeleter>(static_cast<uint32_t*>(p), d);
+  else
+    r64_ = std::unique_ptr<uint64_t[], SlotsDeleter>(static_cast<uint64_t*>(p), d);
   if (n_ <= 1) {  // no draws: nothing owed
     source_->repay(ticket_, rng_);
     repaid_ = true;

@@ -196,6 +196,16 @@ TEST(LazyPermutation, ADrawFromTheGeneratorMidPassSeesThePassAsMadeAtItsStart) {
   EXPECT_EQ(lazy.random(), eager.random());  // and its late repay changes nothing
 }
 
+// Takes the elements of two passes over one generator alternately, one each while both
+// last, as a consumer interleaving two samplers would.
+static void take_interleaved(LazyPermutation& a, LazyPermutation& b, std::vector<int64_t>& got_a,
+                             std::vector<int64_t>& got_b) {
+  while (a.remaining() > 0 || b.remaining() > 0) {
+    if (a.remaining() > 0) got_a.push_back(a.next());
+    if (b.remaining() > 0) got_b.push_back(b.next());
+  }
+}
+
 TEST(LazyPermutation, TwoPassesOverOneGeneratorInterleaved) {
   Generator eager(3), lazy(3);
   const std::vector<int64_t> want_a = randperm(300, eager);
@@ -204,10 +214,7 @@ TEST(LazyPermutation, TwoPassesOverOneGeneratorInterleaved) {
   std::vector<int64_t> got_a, got_b;
   got_a.push_back(a.next());
   LazyPermutation b(200, lazy);  // settles a's loan first, as PyTorch had drawn it
-  while (b.remaining() > 0 || a.remaining() > 0) {
-    if (a.remaining() > 0) got_a.push_back(a.next());
-    if (b.remaining() > 0) got_b.push_back(b.next());
-  }
+  take_interleaved(a, b, got_a, got_b);
   EXPECT_EQ(got_a, want_a);
   EXPECT_EQ(got_b, want_b);
   EXPECT_EQ(lazy.random(), eager.random());
@@ -302,10 +309,7 @@ TEST(LazyPermutation, PassesReusingTheSlotsOfEarlierOnesGiveRandpermsElements) {
   LazyPermutation a(90000, lazy);
   LazyPermutation b(80000, lazy);
   std::vector<int64_t> got_a, got_b;
-  while (a.remaining() > 0 || b.remaining() > 0) {
-    if (a.remaining() > 0) got_a.push_back(a.next());
-    if (b.remaining() > 0) got_b.push_back(b.next());
-  }
+  take_interleaved(a, b, got_a, got_b);
   EXPECT_EQ(got_a, want_a);
   EXPECT_EQ(got_b, want_b);
   EXPECT_EQ(lazy.random(), eager.random());
