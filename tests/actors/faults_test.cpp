@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <csignal>
 #include <fstream>
@@ -88,6 +90,31 @@ class RandomDrawsDataset : public Dataset {
 };
 LOADER_REGISTER_DATASET("test_random_draws", [](const Value& p) {
   return std::make_shared<RandomDrawsDataset>(p.at("n").to_int(), p.get("delay_ms", Value(0)).to_int());
+});
+
+/// Sample i: (what the worker's fds 0, 1 and 2 are, as readlink of /proc/self/fd/N
+/// gives it, or "closed"; int64 i), after printing a line to stdout.
+class StdStreamsDataset : public Dataset {
+ public:
+  explicit StdStreamsDataset(int64_t n) : n_(n) {}
+  Value get(int64_t i) override {
+    std::printf("StdStreamsDataset prints sample %lld\n", static_cast<long long>(i));
+    std::fflush(stdout);
+    std::vector<Value> fds;
+    for (int fd = 0; fd <= 2; ++fd) {
+      char target[256] = {};
+      ssize_t len = readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), target, sizeof target - 1);
+      fds.emplace_back(len < 0 ? std::string("closed") : std::string(target, static_cast<size_t>(len)));
+    }
+    return Value::tuple({Value::list(std::move(fds)), Value(i)});
+  }
+  int64_t size() const override { return n_; }
+
+ private:
+  int64_t n_;
+};
+LOADER_REGISTER_DATASET("test_std_streams", [](const Value& p) {
+  return std::make_shared<StdStreamsDataset>(p.at("n").to_int());
 });
 
 /// FaultyDataset whose construction takes `init_ms` inside workers (a slow start).
@@ -237,6 +264,113 @@ TEST(WorkerDeath, SegfaultAndExitStatusAreNamed) {
     DataLoader dl(faulty(40, 5, "exit"), o);
     std::string msg = error_of([&] { all_batches(dl); });
     EXPECT_NE(msg.find("exited with status 3"), std::string::npos) << msg;
+  }
+  expect_nothing_left();
+}
+
+/// Sets SIGCHLD's disposition for one scope: with SIG_IGN the kernel reaps every
+/// child itself, as in programs (servers, daemons) that never want zombies.
+class SigchldDisposition {
+ public:
+  explicit SigchldDisposition(void (*handler)(int)) {
+    struct sigaction sa {};
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCHLD, &sa, &old_);
+  }
+  ~SigchldDisposition() { sigaction(SIGCHLD, &old_, nullptr); }
+
+ private:
+  struct sigaction old_ {};
+};
+
+TEST(WorkerProcesses, AParentWithClosedStandardStreamsGivesItsWorkersDevNullForThem) {
+  // A daemon may run with stdin and stdout closed.  Its workers must not find those
+  // numbers free: their first descriptor (a slab) would take one and prints would
+  // land in shared memory.
+  int saved_in = fcntl(0, F_DUPFD_CLOEXEC, 10), saved_out = fcntl(1, F_DUPFD_CLOEXEC, 10);
+  ASSERT_GE(saved_in, 0);
+  ASSERT_GE(saved_out, 0);
+  std::fflush(stdout);
+  close(0);
+  close(1);
+  std::vector<Value> batches;
+  std::string error;
+  {
+    DataLoaderOptions o;
+    o.batch_size = 2;
+    o.num_workers = 2;
+    try {
+      DataLoader dl(make_dataset({"test_std_streams", Value::dict({{"n", 8}})}), o);
+      batches = all_batches(dl);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  dup2(saved_in, 0);
+  dup2(saved_out, 1);
+  close(saved_in);
+  close(saved_out);
+  ASSERT_EQ(error, "");
+  ASSERT_EQ(batches.size(), 4u);
+  for (const Value& b : batches) {
+    // default_collate transposes the list: element k is fd k of each sample.
+    ASSERT_EQ(b[0].size(), 3u);
+    for (int fd = 0; fd <= 1; ++fd)
+      for (size_t j = 0; j < b[0][fd].size(); ++j) EXPECT_EQ(b[0][fd][j].to_string(), "/dev/null") << "fd " << fd;
+  }
+  batches.clear();  // they are views of the slabs
+  expect_nothing_left();
+}
+
+TEST(WorkerDeath, AProgramThatIgnoresSigchldGetsItsWorkersDeathsAndStopsAtOnce) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  SigchldDisposition ignore(SIG_IGN);
+  {
+    // The workers' statuses go to the kernel: ending the loader must not wait for them.
+    o.persistent_workers = true;
+    auto t0 = std::chrono::steady_clock::now();
+    {
+      DataLoader dl(faulty(40), o);
+      for (int epoch = 0; epoch < 2; ++epoch) EXPECT_EQ(all_batches(dl).size(), 10u);
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+  {
+    // A death is still reported at once, in PyTorch's words, saying why its status is unknown.
+    o.persistent_workers = false;
+    DataLoader dl(faulty(40, 5, "exit"), o);
+    auto t0 = std::chrono::steady_clock::now();
+    std::string msg = error_of([&] { all_batches(dl); });
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    EXPECT_EQ(msg.rfind("DataLoader worker (pid ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("exited unexpectedly"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("SIGCHLD is ignored"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("task 1: [4, 5, 6, 7]"), std::string::npos) << msg;
+  }
+  {
+    // Restarts work the same way.
+    o.max_worker_restarts = 1;
+    o.generator = std::make_shared<Generator>(3);
+    o.shuffle = true;
+    DataLoader clean(faulty(40), o);
+    auto expected = all_batches(clean);
+    o.generator = std::make_shared<Generator>(3);
+    DataLoader again(faulty(40), o);
+    std::vector<Value> got;
+    {
+      auto it = again.iter();
+      while (auto b = it.next()) {
+        got.push_back(*b);
+        if (got.size() == 2) {
+          ASSERT_EQ(kill(it.worker_pids()[0], SIGKILL), 0);
+        }
+      }
+    }
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i][1].to_tensor().equal(expected[i][1].to_tensor()));
   }
   expect_nothing_left();
 }
@@ -593,6 +727,51 @@ TEST(Resources, AThreadThatCannotBeCreatedIsAClearErrorNotAHang) {
   EXPECT_NE(msg.find("DataLoader worker 0 could not be started"), std::string::npos) << msg;
   EXPECT_NE(msg.find("thread"), std::string::npos) << msg;
   expect_nothing_left();
+}
+
+TEST(Resources, AnOpenFileLimitReachedAnywhereIsAClearErrorNamingTheLimit) {
+  // The soft limit just above what the process holds, then a little higher each
+  // round: whichever descriptor runs out (socket, its duplicate, a slab, its
+  // mapping), the epoch fails with the limit named, or it completes; nothing hangs
+  // or is left behind, and raising the limit again makes the loader work.
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.timeout = 60;
+  struct rlimit saved {};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int failed = 0, completed = 0;
+  for (int extra = 0; extra <= 12; ++extra) {
+    size_t open_now = 0;
+    if (DIR* d = opendir("/proc/self/fd")) {
+      while (dirent* e = readdir(d)) open_now += e->d_name[0] != '.';
+      closedir(d);
+    }
+    struct rlimit low = saved;
+    low.rlim_cur = open_now + static_cast<rlim_t>(extra);  // open_now counts opendir's own fd
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    std::string msg;
+    size_t batches = 0;
+    {
+      DataLoader dl(faulty(16), o);
+      msg = error_of([&] { batches = all_batches(dl).size(); });
+    }
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+    if (msg.empty()) {
+      EXPECT_EQ(batches, 4u) << "limit " << low.rlim_cur;
+      ++completed;
+    } else {
+      EXPECT_NE(msg.find("open-file limit (RLIMIT_NOFILE = " + std::to_string(low.rlim_cur) + ")"), std::string::npos)
+          << "limit " << low.rlim_cur << ": " << msg;
+      EXPECT_NE(msg.find("ulimit -n"), std::string::npos) << msg;
+      ++failed;
+    }
+    expect_nothing_left();
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(completed, 0);
+  DataLoader dl(faulty(16), o);
+  EXPECT_EQ(all_batches(dl).size(), 4u);
 }
 
 TEST(WorkerDeath, AWorkerKilledWhileItStartsIsNamedByItsSignalOrRestarted) {

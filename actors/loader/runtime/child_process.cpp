@@ -14,29 +14,11 @@
 #include <vector>
 
 #include "loader/error.h"
+#include "loader/runtime/os_error.h"
 
 extern char** environ;
 
 namespace loader::runtime {
-
-std::string ExitStatus::describe() const {
-  if (!signaled) return "exited with status " + std::to_string(code);
-  const char* name = strsignal(code);
-  const char* abbrev = "";
-  switch (code) {
-    case SIGKILL: abbrev = "SIGKILL"; break;
-    case SIGSEGV: abbrev = "SIGSEGV"; break;
-    case SIGBUS: abbrev = "SIGBUS"; break;
-    case SIGABRT: abbrev = "SIGABRT"; break;
-    case SIGTERM: abbrev = "SIGTERM"; break;
-    case SIGINT: abbrev = "SIGINT"; break;
-    case SIGFPE: abbrev = "SIGFPE"; break;
-    case SIGILL: abbrev = "SIGILL"; break;
-    default: break;
-  }
-  return std::string("killed by signal: ") + (name ? name : "?") + " (" + (*abbrev ? std::string(abbrev) + ", " : "") +
-         std::to_string(code) + ")";
-}
 
 static ExitStatus from_wait(int st) {
   ExitStatus s;
@@ -58,16 +40,27 @@ ChildProcess ChildProcess::spawn_worker(int worker_id, const std::string& execut
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     throw RuntimeError(std::string("cannot create a socket for worker ") + std::to_string(worker_id) + ": " +
-                       std::strerror(errno));
+                       os_error_text(errno));
   // posix_spawn's dup2 clobbers a source that is itself fd 3: move it out of the way.
   int child_end = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
   close(sv[1]);
   if (child_end < 0) {
+    // EINVAL: the open-file limit is at most 10, so no descriptor >= 10 exists.
+    const int err = errno == EINVAL ? EMFILE : errno;
     close(sv[0]);
-    throw RuntimeError("cannot duplicate the worker socket: " + std::string(std::strerror(errno)));
+    throw RuntimeError("cannot duplicate the worker socket: " + os_error_text(err));
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
+  // A standard stream the worker would not inherit (closed here, or close-on-exec,
+  // e.g. another worker's socket that took the lowest free fd) gets /dev/null:
+  // otherwise the worker's first descriptor (a slab) would take its number and
+  // the dataset's prints would land in it.
+  for (int std_fd = 0; std_fd <= 2; ++std_fd) {
+    int flags = fcntl(std_fd, F_GETFD);
+    if (flags < 0 || (flags & FD_CLOEXEC))
+      posix_spawn_file_actions_addopen(&fa, std_fd, "/dev/null", std_fd == 0 ? O_RDONLY : O_WRONLY, 0);
+  }
   posix_spawn_file_actions_adddup2(&fa, child_end, 3);  // dup2 clears CLOEXEC on fd 3
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -101,7 +94,7 @@ ChildProcess ChildProcess::spawn_worker(int worker_id, const std::string& execut
   if (rc != 0) {
     close(sv[0]);
     throw RuntimeError("cannot start worker process " + std::to_string(worker_id) + ": posix_spawn: " +
-                       std::strerror(rc));
+                       os_error_text(rc));
   }
   ChildProcess c;
   c.pid_ = pid;
@@ -134,7 +127,15 @@ std::optional<ExitStatus> ChildProcess::poll_exit() {
   if (status_ || pid_ <= 0) return status_;
   int st = 0;
   pid_t r = waitpid(pid_, &st, WNOHANG);
-  if (r == pid_) status_ = from_wait(st);
+  if (r == pid_) {
+    status_ = from_wait(st);
+  } else if (r < 0 && errno == ECHILD) {
+    // Not our child any more: reaped by the kernel (SIGCHLD set to SIG_IGN or
+    // SA_NOCLDWAIT) or by another waitpid.  Waiting longer would only time out.
+    ExitStatus gone;
+    gone.collected_elsewhere = true;
+    status_ = gone;
+  }
   return status_;
 }
 
@@ -185,7 +186,9 @@ void ChildProcess::terminate(int grace_ms) {
   }
   if (!status_) {
     int st = 0;
-    if (waitpid(pid_, &st, 0) == pid_) status_ = from_wait(st);
+    pid_t r;
+    do r = waitpid(pid_, &st, 0); while (r < 0 && errno == EINTR);
+    if (r == pid_) status_ = from_wait(st);
   }
   pid_ = -1;
 }

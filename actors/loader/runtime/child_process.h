@@ -13,11 +13,14 @@
 
 namespace loader::runtime {
 
-/// How a process ended, in words PyTorch users know.
+/// How a process ended.
 struct ExitStatus {
   bool signaled = false;
   int code = 0;  ///< exit code, or signal number when signaled
-  std::string describe() const;  ///< "killed by signal: Killed (SIGKILL, 9)" / "exited with status 3"
+  /// The child is gone but its status went to someone else: the program ignores
+  /// SIGCHLD (the kernel reaps children itself) or another thread's waitpid(-1)
+  /// took it.  `signaled` and `code` are then unknown.
+  bool collected_elsewhere = false;
 };
 
 class ChildProcess {
@@ -35,7 +38,8 @@ class ChildProcess {
   pid_t pid() const noexcept { return pid_; }
   int socket() const noexcept { return sock_; }
   bool running() const noexcept { return pid_ > 0 && !status_; }
-  /// Non-blocking reap; returns the status once the child has exited.
+  /// Non-blocking reap; returns the status once the child has exited (or once it is
+  /// found gone with its status collected elsewhere: ExitStatus::collected_elsewhere).
   std::optional<ExitStatus> poll_exit();
   /// Waits up to `timeout_ms` for the child to exit.
   std::optional<ExitStatus> wait_exit(int timeout_ms);

@@ -1,5 +1,7 @@
 #include "loader/runtime/shm.h"
 
+#include "loader/runtime/os_error.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -62,8 +64,11 @@ int open_nameless() {
   const int tmpfile_err = errno;
   fd = memfd_create("loader-slab", MFD_CLOEXEC);
   if (fd >= 0) return fd;
+  const int memfd_err = errno;
+  if (tmpfile_err == EMFILE || memfd_err == EMFILE)
+    throw ShmError("cannot create a shared-memory slab: " + os_error_text(EMFILE));
   throw ShmError("cannot create a shared-memory slab: open(" + shm_dir() + ", O_TMPFILE) failed (" +
-                 std::strerror(tmpfile_err) + ") and memfd_create failed (" + std::strerror(errno) +
+                 std::strerror(tmpfile_err) + ") and memfd_create failed (" + std::strerror(memfd_err) +
                  "); check that " + shm_dir() + " is a writable tmpfs (or set LOADER_SHM_DIR)");
 }
 
@@ -93,7 +98,8 @@ std::shared_ptr<ShmSegment> ShmSegment::create(size_t size) {
     impl->file = bip::file_mapping(path.c_str(), bip::read_write);
     impl->region = bip::mapped_region(impl->file, bip::read_write, 0, size);
   } catch (const bip::interprocess_exception& e) {
-    throw ShmError("cannot map a shared-memory slab of " + human(size) + ": " + e.what());
+    throw ShmError("cannot map a shared-memory slab of " + human(size) + ": " +
+                   (e.get_native_error() ? os_error_text(e.get_native_error()) : std::string(e.what())));
   }
   // The mapping holds the pages; the file_mapping's own descriptor is not needed.
   impl->file = bip::file_mapping();
@@ -117,7 +123,7 @@ ShmMapping::ShmMapping(int fd, size_t size) : size_(size) {
   close(fd);
   if (p == MAP_FAILED)
     throw RuntimeError(std::string("worker cannot map a shared-memory slab of ") + std::to_string(size) +
-                       " bytes: " + std::strerror(err));
+                       " bytes: " + os_error_text(err));
   data_ = p;
 }
 

@@ -40,6 +40,10 @@ std::string WorkerExit::pytorch_sentence(int pid) const {
       return who + " exited unexpectedly: it closed its connection to the main process" +
              (detail.empty() ? std::string() : " (" + detail + ")") + ".";
     case Kind::StartFailed: return who + " exited unexpectedly: it could not start: " + detail + ".";
+    case Kind::StatusLost:
+      return who + " exited unexpectedly; its exit status is unknown because it was collected elsewhere in this "
+                   "program (SIGCHLD is ignored, or something calls waitpid(-1)): leave the runtime's children "
+                   "to it to see their signal or exit code.";
   }
   return who + " exited unexpectedly.";
 }
@@ -55,6 +59,7 @@ std::string WorkerExit::describe() const {
     case Kind::Frozen: return "was frozen for " + detail + " and killed";
     case Kind::ClosedLink: return "closed its connection" + (detail.empty() ? std::string() : " (" + detail + ")");
     case Kind::StartFailed: return "could not start: " + detail;
+    case Kind::StatusLost: return "exited, status collected elsewhere";
   }
   return "exited";
 }

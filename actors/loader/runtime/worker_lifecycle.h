@@ -37,7 +37,9 @@ namespace loader::runtime {
 
 /// How a worker process ended (or why it is considered dead), in PyTorch's words.
 struct WorkerExit {
-  enum class Kind { Signal, ExitCode, Frozen, ClosedLink, StartFailed } kind = Kind::ClosedLink;
+  /// StatusLost: the process is gone but its exit status went elsewhere (the
+  /// program ignores SIGCHLD or reaps with waitpid(-1)).
+  enum class Kind { Signal, ExitCode, Frozen, ClosedLink, StartFailed, StatusLost } kind = Kind::ClosedLink;
   int code = 0;            ///< signal number or exit status
   std::string detail;      ///< extra words (e.g. why a start failed)
   /// PyTorch's sentence: "DataLoader worker (pid 12) is killed by signal: Killed."

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "loader/error.h"
+#include "loader/runtime/os_error.h"
 #include "loader/runtime/worker_main_loop.h"
 
 namespace loader::runtime {
@@ -34,7 +35,7 @@ WorkerLink::WorkerLink(const Spec& spec, LinkEvents* events)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
       throw RuntimeError("cannot create a socket for DataLoader worker " + std::to_string(spec_.worker_id) + ": " +
-                         std::strerror(errno));
+                         os_error_text(errno));
     sock_ = sv[0];
     thread_sock_ = sv[1];
     try {
@@ -98,6 +99,7 @@ WorkerExit WorkerLink::reap_after_eof() {
   if (spec_.in_process) return WorkerExit{WorkerExit::Kind::ClosedLink, 0, "the worker thread ended"};
   // The socket closes while the process exits: the exit status follows at once.
   if (auto st = child_.wait_exit(2000)) {
+    if (st->collected_elsewhere) return WorkerExit{WorkerExit::Kind::StatusLost, 0, ""};
     if (st->signaled) return WorkerExit{WorkerExit::Kind::Signal, st->code, ""};
     return WorkerExit{WorkerExit::Kind::ExitCode, st->code, ""};
   }
