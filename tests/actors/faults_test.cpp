@@ -93,7 +93,8 @@ LOADER_REGISTER_DATASET("test_random_draws", [](const Value& p) {
 });
 
 /// Sample i: (what the worker's fds 0, 1 and 2 are, as readlink of /proc/self/fd/N
-/// gives it, or "closed"; int64 i), after printing a line to stdout.
+/// gives it, or "closed"; int64 i; the worker's descriptors above 2 that a program
+/// it starts would inherit, as "N -> target"), after printing a line to stdout.
 class StdStreamsDataset : public Dataset {
  public:
   explicit StdStreamsDataset(int64_t n) : n_(n) {}
@@ -106,7 +107,20 @@ class StdStreamsDataset : public Dataset {
       ssize_t len = readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), target, sizeof target - 1);
       fds.emplace_back(len < 0 ? std::string("closed") : std::string(target, static_cast<size_t>(len)));
     }
-    return Value::tuple({Value::list(std::move(fds)), Value(i)});
+    std::string inherited;
+    if (DIR* d = opendir("/proc/self/fd")) {
+      const int own = dirfd(d);
+      while (dirent* e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        const int fd = std::atoi(e->d_name);
+        if (fd <= 2 || fd == own || (fcntl(fd, F_GETFD) & FD_CLOEXEC)) continue;
+        char target[256] = {};
+        ssize_t len = readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), target, sizeof target - 1);
+        inherited += std::to_string(fd) + " -> " + std::string(target, static_cast<size_t>(std::max<ssize_t>(len, 0))) + "; ";
+      }
+      closedir(d);
+    }
+    return Value::tuple({Value::list(std::move(fds)), Value(i), Value(inherited)});
   }
   int64_t size() const override { return n_; }
 
@@ -320,6 +334,23 @@ TEST(WorkerProcesses, AParentWithClosedStandardStreamsGivesItsWorkersDevNullForT
       for (size_t j = 0; j < b[0][fd].size(); ++j) EXPECT_EQ(b[0][fd][j].to_string(), "/dev/null") << "fd " << fd;
   }
   batches.clear();  // they are views of the slabs
+  expect_nothing_left();
+}
+
+TEST(WorkerProcesses, AProgramTheDatasetStartsInheritsNoDescriptorOfTheRuntime) {
+  // A dataset may run a decoder with system() or popen().  Had that program the
+  // worker's socket, it would hold the link open after the worker died and hide the
+  // death; had it a slab, it would pin shared memory.
+  DataLoaderOptions o;
+  o.batch_size = 2;
+  o.num_workers = 2;
+  {
+    DataLoader dl(make_dataset({"test_std_streams", Value::dict({{"n", 8}})}), o);
+    auto batches = all_batches(dl);
+    ASSERT_EQ(batches.size(), 4u);
+    for (const Value& b : batches)
+      for (size_t j = 0; j < b[2].size(); ++j) EXPECT_EQ(b[2][j].to_string(), "");
+  }
   expect_nothing_left();
 }
 

@@ -15,10 +15,17 @@
 
 #include "loader/error.h"
 #include "loader/runtime/os_error.h"
+#include "loader/runtime/worker_lifecycle.h"
 
 extern char** environ;
 
 namespace loader::runtime {
+
+std::string ExitStatus::describe() const {
+  using Kind = WorkerExit::Kind;
+  return WorkerExit{collected_elsewhere ? Kind::StatusLost : signaled ? Kind::Signal : Kind::ExitCode, code, ""}
+      .describe();
+}
 
 static ExitStatus from_wait(int st) {
   ExitStatus s;
@@ -62,6 +69,12 @@ ChildProcess ChildProcess::spawn_worker(int worker_id, const std::string& execut
       posix_spawn_file_actions_addopen(&fa, std_fd, "/dev/null", std_fd == 0 ? O_RDONLY : O_WRONLY, 0);
   }
   posix_spawn_file_actions_adddup2(&fa, child_end, 3);  // dup2 clears CLOEXEC on fd 3
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+  // Nothing else of this program's: a descriptor it inherited or opened without
+  // O_CLOEXEC (a pipe to another program, a listening socket) must not stay open
+  // for as long as its workers live.  Python's spawn start method does the same.
+  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+#endif
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // Workers start with default signal dispositions and an empty mask.

@@ -1,5 +1,6 @@
 #include "loader/worker_main.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -267,6 +268,9 @@ std::optional<int> run_worker_if_requested(int /*argc*/, char** /*argv*/) {
   unsetenv("LOADER_PARENT_PID");
   // Die with the parent; Ctrl-C in a terminal is the parent's to handle.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // A program the dataset starts (system(), popen()) must not inherit the link: it
+  // would keep the socket open after this worker dies and hide the death.
+  fcntl(sock, F_SETFD, FD_CLOEXEC);
   if (getppid() != parent) _exit(0);
   signal(SIGINT, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
