@@ -33,6 +33,11 @@ struct EpochStats {
     int restarts = 0;        ///< restarts used (DataLoaderOptions::max_worker_restarts)
     int64_t held = 0;        ///< tasks it was sent and has not answered, now
     int64_t delivered = 0;   ///< its batches next() returned in this epoch
+    /// Its tasks of this epoch whose batch comes back in the main process's heap
+    /// instead of a slab: next() waited for them while the application held every
+    /// slab of this worker (it keeps batches) and the shared-memory budget (shm_limit_bytes
+    /// or /dev/shm) allowed no more.
+    int64_t inline_batches = 0;
   };
   /// One per worker (empty with num_workers = 0).
   std::vector<Worker> workers;

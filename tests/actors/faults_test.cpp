@@ -494,6 +494,55 @@ TEST(SharedMemory, TooSmallABudgetFailsBeforeTheFirstBatchWithTheNumbers) {
   expect_nothing_left();
 }
 
+TEST(SharedMemory, AProgramThatKeepsEveryBatchGetsThemAllWithinTheBudgetInsteadOfAHang) {
+  // Slabs are reused as the application drops batches.  A program that keeps every
+  // batch of an epoch holds them all; once the budget allows no more, the batch
+  // next() waits for comes back in the heap instead of waiting forever for a release.
+  for (bool in_order : {true, false}) {
+    for (bool persistent : {false, true}) {
+      SCOPED_TRACE(std::string(in_order ? "in order" : "out of order") + (persistent ? ", persistent" : ""));
+      DataLoaderOptions o;
+      o.batch_size = 4;
+      o.num_workers = 2;
+      o.in_order = in_order;
+      o.persistent_workers = persistent;
+      o.timeout = 60;  // a hang fails the test instead of blocking it
+      // Every slab is 64 KiB: exactly the pool (2 workers x (2 + 2) slabs), no room to grow.
+      o.shm_limit_bytes = 2 * 4 * 65536;
+      DataLoader dl(faulty(200), o);
+      for (int epoch = 0; epoch < 2; ++epoch) {
+        std::vector<Value> kept;
+        int64_t inline_batches = 0;
+        {
+          auto it = dl.iter();
+          while (auto b = it.next()) kept.push_back(*b);
+          for (const auto& w : it.stats().workers) inline_batches += w.inline_batches;
+        }
+        ASSERT_EQ(kept.size(), 50u);
+        std::set<int64_t> labels;
+        for (const Value& b : kept) {
+          const Tensor& x = b[0].to_tensor();
+          const Tensor& y = b[1].to_tensor();
+          ASSERT_EQ(y.numel(), 4);
+          for (int64_t r = 0; r < 4; ++r) {
+            const int64_t label = y.item_int64_at(r);
+            labels.insert(label);
+            EXPECT_EQ(x.item_double_at(r * 64), static_cast<double>(label));
+            EXPECT_EQ(x.item_double_at(r * 64 + 63), static_cast<double>(label));
+          }
+          if (in_order) {
+            EXPECT_EQ(y.item_int64_at(0), 4 * static_cast<int64_t>(&b - kept.data()));
+          }
+        }
+        EXPECT_EQ(labels.size(), 200u);
+        // The first 8 batches fill the 8 slabs; from there on every batch is inline.
+        EXPECT_GE(inline_batches, 40) << "epoch " << epoch;
+      }
+    }
+  }
+  expect_nothing_left();
+}
+
 TEST(SharedMemory, SlabsNeverHaveANameInTheShmDirectory) {
   auto before = loader::testing::shm_dir_entries();
   {

@@ -2,6 +2,9 @@
 // configuration, its slabs and its tasks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -188,6 +191,29 @@ TEST(WorkerCore, UseSlabForATaskThatIsNotWaitingIsAnError) {
   EXPECT_NE(r.error_message.find("77"), std::string::npos) << r.error_message;
 }
 
+
+TEST(WorkerCore, ATaskSentForAnInlineBatchCarriesItsBytesInTheReplyAndTouchesNoSlab) {
+  WorkerCore core(probe_config(10));
+  auto seg = ShmSegment::create(1 << 16);
+  std::memset(seg->data(), 0xAB, seg->size());
+  core.add_slab(11, seg->data(), seg->size());
+  WorkerReply r = core.run_task(3, {4, 0, 7}, kInlineSlab);
+  ASSERT_EQ(r.kind, WorkerReply::Kind::Result) << r.error_message;
+  EXPECT_EQ(r.task, 3u);
+  EXPECT_EQ(r.slab, 0u);  // the main process decodes it without a slab
+  Value batch = decode_value(r.payload);
+  ASSERT_EQ(batch.size(), 5u);
+  EXPECT_EQ(column(batch, 0), (std::vector<int64_t>{4, 0, 7}));
+  for (size_t k = 0; k < 5; ++k) EXPECT_FALSE(inside(batch[k].to_tensor(), *seg)) << "column " << k;
+  const auto* bytes = static_cast<const unsigned char*>(seg->data());
+  EXPECT_TRUE(std::all_of(bytes, bytes + seg->size(), [](unsigned char c) { return c == 0xAB; }));
+  // The reply crosses as a Result frame like any other.
+  auto [type, body] = encode_reply(r);
+  WorkerReply back = decode_reply(type, body);
+  EXPECT_EQ(back.kind, WorkerReply::Kind::Result);
+  EXPECT_EQ(back.slab, 0u);
+  EXPECT_EQ(back.payload, r.payload);
+}
 TEST(WorkerCore, DatasetErrorBecomesAnErrorReplyNamingTheWorkerAndTheOriginalMessage) {
   WorkerCore core(probe_config(10, 4));
   auto seg = ShmSegment::create(1 << 16);

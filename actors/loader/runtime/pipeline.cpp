@@ -265,7 +265,7 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     exhausted_ = false;
     stopped_ = false;
     waits_ = 0;
-    for (auto& s : slots_) s->delivered = 0;
+    for (auto& s : slots_) s->delivered = s->inline_batches = 0;
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
       if (s.life.dead()) {
@@ -350,7 +350,7 @@ void Pipeline::send_task_locked(int worker, uint64_t task) {
   // A worker being restarted gets its held tasks when its next incarnation's link
   // exists (restart() sends them after the incarnation's first frames).
   if (s.life.state() == WorkerLifecycle::State::Restarting || !s.link) return;
-  if (t->slab == 0) {
+  if (t->slab == 0 && !t->inline_batch) {
     std::optional<uint64_t> slab;
     try {
       slab = slabs_->acquire(worker);
@@ -368,7 +368,7 @@ void Pipeline::send_task_locked(int worker, uint64_t task) {
   std::string b;
   b.reserve(24 + t->indices.size() * 8);
   put_u64(b, task);
-  put_u64(b, t->slab);
+  put_u64(b, t->inline_batch ? kInlineSlab : t->slab);
   put_u64(b, t->indices.size());
   // The indices as put_u64 would write them, one by one (host order), in one append.
   b.append(reinterpret_cast<const char*>(t->indices.data()), t->indices.size() * sizeof(int64_t));
@@ -376,6 +376,40 @@ void Pipeline::send_task_locked(int worker, uint64_t task) {
   // on the socket when the ring is full or the task too large for it.
   if (rings_->post_task(worker, s.socket_queued, b)) return;
   queue_locked(worker, FrameType::Task, std::move(b));
+}
+
+bool Pipeline::send_starved_inline_locked() {
+  if (!buffer_ || closed_) return false;
+  // The task the application must have next: in order, the next expected one; out of
+  // order, the oldest waiting task, and only when no worker computes anything.
+  int worker = -1;
+  std::deque<uint64_t>::iterator found;
+  uint64_t oldest = UINT64_MAX;
+  bool computing = false;
+  for (size_t w = 0; w < slots_.size(); ++w) {
+    Slot& s = *slots_[w];
+    if (s.life.held().size() > s.waiting.size()) computing = true;
+    for (auto it = s.waiting.begin(); it != s.waiting.end(); ++it) {
+      const bool wanted = buffer_->in_order() ? *it == buffer_->next_expected() : *it < oldest;
+      if (!wanted) continue;
+      oldest = *it;
+      worker = static_cast<int>(w);
+      found = it;
+    }
+  }
+  if (worker < 0 || (!buffer_->in_order() && computing)) return false;
+  // Every slab this worker may have is held by batches the application keeps (and the
+  // budget allows no more): waiting for a release could wait forever.  The batch
+  // comes back in the frame instead, a copy in the main process's heap.
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  const uint64_t task = *found;
+  s.waiting.erase(found);
+  HeldTask* t = s.life.find(task);
+  if (!t) return false;
+  t->inline_batch = true;
+  ++s.inline_batches;
+  send_task_locked(worker, task);
+  return true;
 }
 
 void Pipeline::drain_waiting_locked(int worker) {
@@ -481,6 +515,11 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
       waited = true;
       ++waits_;
     }
+    if (send_starved_inline_locked()) {
+      flush_dirty();
+      lock.lock();
+      continue;
+    }
     // Nothing ready: poll the doorbell a little first (a result is usually close; a
     // futex sleep and wake-up cost a context switch on each side).
     if (const auto budget = spin_budget(); budget.count() > 0) {
@@ -556,6 +595,7 @@ void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
     w.restarts = s->life.restarts();
     w.held = static_cast<int64_t>(s->life.held().size());
     w.delivered = static_cast<int64_t>(s->delivered);
+    w.inline_batches = static_cast<int64_t>(s->inline_batches);
     out.workers.push_back(std::move(w));
   }
 }

@@ -194,6 +194,7 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
     uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
     bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
     uint64_t delivered = 0;           ///< its batches next() returned in this epoch
+    uint64_t inline_batches = 0;      ///< its tasks of this epoch sent for an inline batch
     /// The pid of a starting or running incarnation, else -1.  REQUIRES: mu_ held.
     int live_pid() const { return link && life.accepting() ? link->pid() : -1; }
   };
@@ -216,6 +217,9 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   void worker_failed_locked(int worker, const std::string& type, const std::string& message);
   void set_fatal_locked(const std::string& type, const std::string& message, int worker);
   void release_task_slab_locked(int worker, const HeldTask& t);
+  /// next() is about to wait for a task that waits for a slab (the application holds
+  /// every slab of its worker): sends it for an inline batch.  True when one was sent.
+  bool send_starved_inline_locked();
   bool releasable_locked() const;
   bool healthy_locked() const;
   void notify_locked();

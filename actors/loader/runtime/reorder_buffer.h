@@ -79,6 +79,7 @@ class ReorderBuffer {
 
   size_t buffered() const { return in_order_ ? pending_.size() : ready_.size(); }
   uint64_t next_expected() const { return next_; }
+  bool in_order() const { return in_order_; }
 
  private:
   uint64_t next_;

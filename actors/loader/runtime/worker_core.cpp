@@ -163,49 +163,51 @@ WorkerReply WorkerCore::place(uint64_t task, const Value& batch, uint64_t slab) 
   return r;
 }
 
+std::optional<Value> WorkerCore::fetch(const IndexBatch& indices) {
+  if (map_fetcher_) return map_fetcher_->fetch(indices);
+  return iter_fetcher_->fetch(static_cast<size_t>(config_.auto_collation ? config_.batch_size : 1));
+}
+
 WorkerReply WorkerCore::run_task(uint64_t task, const IndexBatch& indices, uint64_t slab) {
   WorkerScope scope(generator_, info_);
-  auto it = slab == 0 ? slabs_.end() : slabs_.find(slab);
-  SlabAllocator alloc(slab, it == slabs_.end() ? nullptr : it->second.base,
-                      it == slabs_.end() ? 0 : it->second.size);
+  WorkerReply r;
+  r.task = task;
   try {
-    Value batch;
+    if (slab == kInlineSlab) {
+      // Collated on the heap and sent whole: the main process decodes it without a slab.
+      auto batch = fetch(indices);
+      if (!batch) r.kind = WorkerReply::Kind::IterEnd;
+      else encode_value(*batch, r.payload);
+      return r;
+    }
+    auto it = slab == 0 ? slabs_.end() : slabs_.find(slab);
+    SlabAllocator alloc(slab, it == slabs_.end() ? nullptr : it->second.base,
+                        it == slabs_.end() ? 0 : it->second.size);
+    std::optional<Value> batch;
     {
       AllocatorScope in_slab(alloc);
-      if (map_fetcher_) {
-        batch = map_fetcher_->fetch(indices);
-      } else {
-        auto b = iter_fetcher_->fetch(static_cast<size_t>(config_.auto_collation ? config_.batch_size : 1));
-        if (!b) {
-          WorkerReply r;
-          r.kind = WorkerReply::Kind::IterEnd;
-          r.task = task;
-          return r;
-        }
-        batch = std::move(*b);
-      }
+      batch = fetch(indices);
     }
+    if (!batch) {
+      r.kind = WorkerReply::Kind::IterEnd;
+      return r;
+    }
+    r.slab = slab;
     if (!alloc.overflowed()) {
       // Tensors collated in place stay; others (custom collate) are copied in.
-      Value placed = place_in_slab(batch, alloc);
+      Value placed = place_in_slab(*batch, alloc);
       if (!alloc.overflowed()) {
-        WorkerReply r;
-        r.task = task;
-        r.slab = slab;
         r.bytes = alloc.required();
         r.payload = encode_batch(placed, slab);
         return r;
       }
     }
-    WorkerReply r;
     r.kind = WorkerReply::Kind::Need;
-    r.task = task;
-    r.slab = slab;
     // What the whole batch needs when copied into a fresh slab.
     SlabAllocator measure(0, nullptr, 0);
-    (void)place_in_slab(batch, measure);
+    (void)place_in_slab(*batch, measure);
     r.bytes = measure.required();
-    pending_[task] = std::move(batch);
+    pending_[task] = std::move(*batch);
     return r;
   } catch (const Error& e) {
     return error_reply(task, e.python_type(), e.what());

@@ -41,6 +41,11 @@ struct WorkerConfig {
   static WorkerConfig from_value(const Value& v);
 };
 
+/// The slab id of a task whose batch must come back inline (its bytes in the Result
+/// frame, decoded into the main process's heap): sent when the application waits for
+/// that batch and every slab of the worker is held by batches it keeps.
+constexpr uint64_t kInlineSlab = ~uint64_t{0};
+
 struct WorkerReply {
   enum class Kind { Result, Need, Error, IterEnd } kind = Kind::Result;
   uint64_t task = 0;
@@ -64,7 +69,8 @@ class WorkerCore {
   void add_slab(uint64_t id, void* base, size_t size);
   void drop_slab(uint64_t id);
   /// Loads task `task` (the dataset indices; ignored for iterable datasets, which
-  /// take batch_size samples) into slab `slab` (0: none yet).
+  /// take batch_size samples) into slab `slab` (0: none yet; kInlineSlab: into the
+  /// reply's payload).
   WorkerReply run_task(uint64_t task, const IndexBatch& indices, uint64_t slab);
   /// Retries the batch of a task that answered Need, now with a larger slab.
   WorkerReply use_slab(uint64_t task, uint64_t slab);
@@ -76,6 +82,8 @@ class WorkerCore {
   Generator& generator() { return generator_; }
 
  private:
+  /// The task's batch (nullopt: an iterable dataset's stream ended).
+  std::optional<Value> fetch(const IndexBatch& indices);
   WorkerReply place(uint64_t task, const Value& batch, uint64_t slab);
   WorkerReply error_reply(uint64_t task, const std::string& type, const std::string& what) const;
 

@@ -53,6 +53,9 @@ struct HeldTask {
   uint64_t epoch = 0;
   IndexBatch indices;
   uint64_t slab = 0;  ///< slab the batch is written into (0: none yet)
+  /// The batch comes back inline, in the frame (kInlineSlab on the wire): no slab was
+  /// free when the application had to have it (Pipeline::send_starved_inline_locked).
+  bool inline_batch = false;
 };
 
 class WorkerLifecycle {
