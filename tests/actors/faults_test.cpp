@@ -460,6 +460,35 @@ TEST(Hangs, FrozenWorkerIsDetectedWithoutATimeout) {
   expect_nothing_left();
 }
 
+TEST(Hangs, TasksLargerThanTheSocketBufferGoThroughWhileTheWorkerIsBusy) {
+  // A task of 16,384 indices is 128 KiB: too large for a task ring, so it goes on the
+  // socket, and two of them fill a Unix socket's buffer.  The worker must read them
+  // as they are written (it once waited to be told they were written: both sides
+  // waited for ever).
+  DataLoaderOptions o;
+  o.batch_size = 16384;
+  o.num_workers = 2;
+  o.shuffle = true;
+  o.timeout = 60;  // a hang fails the test instead of blocking it
+  o.generator = std::make_shared<Generator>(5);
+  {
+    DataLoader dl(faulty(6 * 16384), o);
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      size_t batches = 0;
+      int64_t label_sum = 0;
+      for (Value& b : dl) {
+        const Tensor& y = b[1].to_tensor();
+        for (int64_t r = 0; r < y.numel(); ++r) label_sum += y.item_int64_at(r);
+        ++batches;
+      }
+      EXPECT_EQ(batches, 6u);
+      const int64_t n = 6 * 16384;
+      EXPECT_EQ(label_sum, n * (n - 1) / 2);
+    }
+  }
+  expect_nothing_left();
+}
+
 TEST(Hangs, TimeoutNamesTheSecondsAndTheWorker) {
   DataLoaderOptions o;
   o.batch_size = 2;

@@ -146,8 +146,8 @@ TEST(WorkerRings, TasksComeOutInOrderWithTheSocketFramesQueuedBeforeEach) {
     EXPECT_FALSE(end.take_task(f, before));
   }
   // Written socket frames are counted for the incarnation they were written to only.
-  rings.socket_frames_written(1, 3, 2);
-  rings.socket_frames_written(1, 2, 5);  // an older incarnation's link
+  rings.socket_frames_coming(1, 3, 2);
+  rings.socket_frames_coming(1, 2, 5);  // an older incarnation's link
   EXPECT_EQ(end.socket_frames(), 2u);
   // A task that does not fit is refused (the pipeline sends it on the socket).
   EXPECT_FALSE(rings.post_task(1, 0, std::string(2048, 'x')));
@@ -180,7 +180,7 @@ TEST(WorkerRings, AWorkerAsleepOnItsTaskRingWakesForATaskASocketFrameAndTheClose
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     rings.post_task(0, 0, "task");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    rings.socket_frames_written(0, 1, 1);
+    rings.socket_frames_coming(0, 1, 1);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     rings.close_all();
   });

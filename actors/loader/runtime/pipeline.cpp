@@ -169,13 +169,12 @@ void Pipeline::write_outbox(Slot& s) {
     frames.swap(s.outbox);
     link = s.link.get();  // replaced only under flush_mu (held by the caller); destroyed by shutdown, also under it
   }
-  uint64_t sent = 0;
-  for (auto& f : frames) {
+  // Said first: the worker starts reading while they are written, so a frame larger
+  // than the socket's buffer (a task of 8,000+ indices) cannot leave both sides
+  // waiting.  If a write fails the link is broken and the worker's read ends too.
+  rings_->socket_frames_coming(s.life.id(), link->generation(), frames.size());
+  for (auto& f : frames)
     if (!link->send(f.type, f.body, f.fd_owner ? f.fd_owner->fd() : -1)) break;  // the reader reports the loss
-    ++sent;
-  }
-  // Tasks in the ring that come after these frames may run now (worker_rings.h).
-  rings_->socket_frames_written(s.life.id(), link->generation(), sent);
 }
 
 std::unique_ptr<Link> Pipeline::make_link(const Link::Spec& spec) {

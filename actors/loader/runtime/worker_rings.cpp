@@ -210,7 +210,7 @@ bool WorkerRings::post_task(int k, uint64_t socket_before, const std::string& bo
   return true;
 }
 
-void WorkerRings::socket_frames_written(int k, uint32_t generation, uint64_t n) {
+void WorkerRings::socket_frames_coming(int k, uint32_t generation, uint64_t n) {
   if (n == 0) return;
   RingHeader& h = tasks(k).header();
   if (h.generation.load(std::memory_order_acquire) != generation) return;

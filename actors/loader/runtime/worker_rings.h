@@ -152,8 +152,9 @@ class WorkerRingEnd {
     return true;
   }
 
-  /// How many socket frames the main process has written to this incarnation.  Read
-  /// it before looking at the task ring (see take_task).
+  /// How many socket frames the main process has written or is writing to this
+  /// incarnation (a blocking read gets them).  Read it before looking at the task
+  /// ring (see take_task).
   uint64_t socket_frames() const { return tasks_.header().socket_frames.load(std::memory_order_acquire); }
   /// The next task from the ring, and the number of socket frames queued before it.
   /// A task published before `socket_frames()` was read is seen by this call.
@@ -180,7 +181,7 @@ class WorkerRingEnd {
 
 /// Main-process side: the segment, every result ring's consumer, every task ring's
 /// producer, and the doorbell's sleeper.  Every method but `ring` and
-/// `socket_frames_written` is called under Pipeline::mu_ (one consumer and one
+/// `socket_frames_coming` is called under Pipeline::mu_ (one consumer and one
 /// producer at a time); `sleep` is called without it.
 class WorkerRings {
  public:
@@ -196,9 +197,11 @@ class WorkerRings {
   /// Puts a Task frame (body as on the socket) in worker `k`'s task ring, after
   /// `socket_before` socket frames; false when it does not fit (send it on the socket).
   bool post_task(int k, uint64_t socket_before, const std::string& body);
-  /// `n` more socket frames were written to worker `k`'s incarnation `generation`.
-  /// Called by the one thread that writes its socket (under Slot::flush_mu).
-  void socket_frames_written(int k, uint32_t generation, uint64_t n);
+  /// `n` more socket frames are being written to worker `k`'s incarnation
+  /// `generation`: said before the writes, so that the worker reads while a frame
+  /// larger than the socket's buffer is written (said after, both would wait on the
+  /// other).  Called by the one thread that writes its socket (under Slot::flush_mu).
+  void socket_frames_coming(int k, uint32_t generation, uint64_t n);
   /// Every worker: the main process closes its links (the worker loop ends).
   void close_all();
   /// Bumps the doorbell (an in-process event the application thread may need).
