@@ -989,6 +989,29 @@ std::pair<int, std::string> run_program(std::vector<std::string> args, int secon
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
+TEST(StartUp, AWorkerProgramThatExitsBeforeSayingHelloIsNamedWithItsPidAndWhatToCheck) {
+  // A worker_executable that is not a worker program at all exits at once, often
+  // before the pool has even recorded its pid.
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.worker_executable = "/bin/false";
+  for (int round = 0; round < 5; ++round) {
+    std::string msg;
+    {
+      DataLoader dl(faulty(16), o);
+      msg = error_of([&] { all_batches(dl); });
+    }
+    EXPECT_EQ(msg.rfind("DataLoader worker (pid ", 0), 0u) << msg;
+    EXPECT_EQ(msg.find("(pid -1)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("exited unexpectedly"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("exited with status 1 before it said hello"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("run_worker_if_requested"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("/bin/false"), std::string::npos) << msg;
+  }
+  expect_nothing_left();
+}
+
 TEST(StartUp, AProgramThatForgetsRunWorkerIfRequestedFailsAtOnceWithoutAProcessStorm) {
   auto [rc, out] = run_program({LOADER_TEST_NO_WORKER_MAIN}, 60);
   EXPECT_EQ(rc, 1) << out;

@@ -748,7 +748,15 @@ void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
       auto before = RngStatePage(s.state_page->data()).read(RngStatePage::Before);
       between_epochs = !before || before->task < s.rng_floor;
     }
-    auto d = s.life.down(gen, how, between_epochs);
+    if (how.pid > 0) s.life.set_pid(gen, how.pid);
+    WorkerExit exit = how;
+    if (!s.hello && how.kind == WorkerExit::Kind::ExitCode && s.life.current(gen))
+      exit = WorkerExit{WorkerExit::Kind::StartFailed, 0,
+                        "it exited with status " + std::to_string(how.code) +
+                            " before it said hello to the main process: is the worker program one whose main() "
+                            "calls loader::runtime::run_worker_if_requested(argc, argv) first? (" +
+                            (config_.executable.empty() ? std::string("this program") : config_.executable) + ")"};
+    auto d = s.life.down(gen, exit, between_epochs);
     switch (d.kind) {
       case WorkerLifecycle::Decision::Kind::Ignore: return;
       case WorkerLifecycle::Decision::Kind::Restart:

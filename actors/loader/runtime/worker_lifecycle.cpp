@@ -58,7 +58,7 @@ std::string WorkerExit::describe() const {
     case Kind::ExitCode: return "exited with status " + std::to_string(code);
     case Kind::Frozen: return "was frozen for " + detail + " and killed";
     case Kind::ClosedLink: return "closed its connection" + (detail.empty() ? std::string() : " (" + detail + ")");
-    case Kind::StartFailed: return "could not start: " + detail;
+    case Kind::StartFailed: return "could not start";  // the sentence says why
     case Kind::StatusLost: return "exited, status collected elsewhere";
   }
   return "exited";

@@ -42,6 +42,7 @@ struct WorkerExit {
   enum class Kind { Signal, ExitCode, Frozen, ClosedLink, StartFailed, StatusLost } kind = Kind::ClosedLink;
   int code = 0;            ///< signal number or exit status
   std::string detail;      ///< extra words (e.g. why a start failed)
+  int pid = -1;            ///< the process that went down, when its link knows it
   /// PyTorch's sentence: "DataLoader worker (pid 12) is killed by signal: Killed."
   std::string pytorch_sentence(int pid) const;
   /// Short form for warnings: "killed by signal: Killed (SIGKILL, 9)".

@@ -85,6 +85,7 @@ void WorkerLink::read_loop() {
   if (stopping_.load()) return;  // our own stop(): nothing to report
   WorkerExit how = reap_after_eof();
   if (stopping_.load()) return;
+  how.pid = pid_;  // the down may come before the pool has recorded the pid
   events_->on_down(spec_.worker_id, spec_.generation, how);
 }
 
