@@ -572,6 +572,30 @@ TEST(SharedMemory, AProgramThatKeepsEveryBatchGetsThemAllWithinTheBudgetInsteadO
   expect_nothing_left();
 }
 
+TEST(SharedMemory, WithoutAUsableShmDirectorySlabsAreMemfdsCountedAgainstMemory) {
+  // A container or chroot without /dev/shm: slabs are memfds, whose pages are memory,
+  // so the budget is the memory available, not "0 bytes free in /dev/shm".
+  ASSERT_EQ(setenv("LOADER_SHM_DIR", "/nonexistent-shm-dir", 1), 0);
+  const std::string where = runtime::shm_where();
+  const uint64_t free = runtime::shm_free_bytes();
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  std::string msg;
+  size_t batches = 0;
+  {
+    DataLoader dl(faulty(40), o);
+    msg = error_of([&] { batches = all_batches(dl).size(); });
+  }
+  unsetenv("LOADER_SHM_DIR");
+  EXPECT_NE(where.find("memfd_create: /nonexistent-shm-dir is not usable: No such file or directory"),
+            std::string::npos) << where;
+  EXPECT_GT(free, 0u);
+  EXPECT_EQ(msg, "");
+  EXPECT_EQ(batches, 10u);
+  expect_nothing_left();
+}
+
 TEST(SharedMemory, SlabsNeverHaveANameInTheShmDirectory) {
   auto before = loader::testing::shm_dir_entries();
   {

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 namespace bip = boost::interprocess;
 
@@ -23,10 +24,45 @@ std::string shm_dir() {
   return d && *d ? d : "/dev/shm";
 }
 
+namespace {
+/// The shm directory's file system, when slabs can be files in it (else errno).
+bool shm_dir_usable(struct statvfs& st, int& err) {
+  if (statvfs(shm_dir().c_str(), &st) != 0) {
+    err = errno;
+    return false;
+  }
+  if (st.f_flag & ST_RDONLY) {
+    err = EROFS;
+    return false;
+  }
+  return true;
+}
+
+uint64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+}  // namespace
+
 uint64_t shm_free_bytes() {
   struct statvfs st {};
-  if (statvfs(shm_dir().c_str(), &st) != 0) return 0;
+  int err = 0;
+  if (!shm_dir_usable(st, err)) return mem_available_bytes();  // slabs are memfds
   return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+std::string shm_where() {
+  struct statvfs st {};
+  int err = 0;
+  if (shm_dir_usable(st, err)) return shm_dir();
+  return "memory (memfd_create: " + shm_dir() + " is not usable: " + std::strerror(err) + ")";
 }
 
 bool is_slab_path(const std::string& path) {
@@ -86,7 +122,7 @@ std::shared_ptr<ShmSegment> ShmSegment::create(size_t size) {
     throw ShmError("cannot size a shared-memory slab to " + human(size) + ": " + std::strerror(errno));
   int rc = posix_fallocate(fd.fd, 0, static_cast<off_t>(size));
   if (rc != 0) {
-    throw ShmError("shared memory is full: a batch slab needs " + human(size) + " but " + shm_dir() + " has " +
+    throw ShmError("shared memory is full: a batch slab needs " + human(size) + " but " + shm_where() + " has " +
                    human(shm_free_bytes()) + " free (posix_fallocate: " + std::strerror(rc) + "). Enlarge " +
                    shm_dir() + " (e.g. docker run --shm-size=2g), or lower batch_size, prefetch_factor or num_workers.");
   }

@@ -31,8 +31,13 @@ class ShmError : public RuntimeError {
 
 /// Directory of POSIX shared memory ("/dev/shm"), overridable with LOADER_SHM_DIR for tests.
 std::string shm_dir();
-/// Bytes free for unprivileged use in shm_dir().
+/// Bytes free for unprivileged use where slabs take their pages: shm_dir(), or,
+/// where that is not a writable file system (slabs are then memfds), the memory
+/// available (MemAvailable).
 uint64_t shm_free_bytes();
+/// Where slabs take their pages, for messages: shm_dir(), or "memory (memfd: <dir> is
+/// not usable: <why>)".
+std::string shm_where();
 /// True when `path` (a /proc/PID/maps or /proc/PID/fd target) is a slab file:
 /// an O_TMPFILE file of shm_dir() ("<dir>/#123 (deleted)") or "/memfd:loader-slab".
 bool is_slab_path(const std::string& path);

@@ -95,7 +95,7 @@ void WorkerSlabs::check_budget(uint64_t new_slab_size) const {
                    "; raise shm_limit_bytes or lower batch_size, prefetch_factor or num_workers");
   if (more > free)
     throw ShmError("shared memory: the batch slab pool needs " + mib(pool) + " (" + what + ") but " +
-                   shm_dir() + " has only " + mib(free) + " free. Enlarge " + shm_dir() +
+                   shm_where() + " has only " + mib(free) + " free. Enlarge " + shm_where() +
                    " (e.g. docker run --shm-size=...), or lower batch_size, prefetch_factor or num_workers");
   policy_.budget->checked_size = new_slab_size;
 }
