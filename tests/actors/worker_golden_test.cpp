@@ -714,6 +714,32 @@ TEST_F(TorchWorkerCases, D80_InOrderFalseStillDeliversEverySampleExactlyOnce) {
   }
 }
 
+TEST_F(TorchWorkerCases, D96_LargeSamplerIndicesAndAnErrorInTheMainLoopExitCleanly) {
+  // test_large_sampler_indices: index batches of 40,960 (each task is 320 KiB, larger
+  // than a socket's buffer) and an error raised in the main loop: the error comes out
+  // and the loader ends without a deadlock on the full index channel.
+  for (int workers : {1, 2}) {
+    for (bool persistent : {false, true}) {
+      DataLoaderOptions o;
+      o.num_workers = workers;
+      o.batch_size = 40960;
+      o.persistent_workers = persistent;
+      o.timeout = 60;  // a deadlock fails instead of blocking the suite
+      std::string error;
+      try {
+        DataLoader dl(make_dataset({"range", Value::dict({{"n", 40960 * 20}})}), o);
+        for (const Value& b : dl) {
+          EXPECT_EQ(b.to_tensor().numel(), 40960);
+          throw std::runtime_error("My Error");
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      EXPECT_EQ(error, "My Error") << workers << " workers, persistent " << persistent;
+    }
+  }
+}
+
 TEST_F(TorchWorkerCases, D106_PersistentWorkersAfterAnEarlyExitStartTheNextEpochCleanly) {
   DataLoaderOptions o;
   o.num_workers = 2;
