@@ -1,7 +1,5 @@
 #include "loader/runtime/shm.h"
 
-#include "loader/runtime/os_error.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -14,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+
+#include "loader/runtime/os_error.h"
 
 namespace bip = boost::interprocess;
 
