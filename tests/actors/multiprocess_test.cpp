@@ -238,6 +238,44 @@ TEST(WorkerProcesses, PersistentWorkersKeepTheirPids) {
   EXPECT_TRUE(child_processes().empty());
 }
 
+TEST(WorkerProcesses, WorkersStartedFromAThreadThatEndsOutliveThatThread) {
+  // Workers die with the main process (PR_SET_PDEATHSIG), which Linux ties to the
+  // thread that started them: an epoch run in a thread that then exits must not take
+  // its workers along (a persistent pool's next epoch failed with "killed by signal").
+  for (bool persistent : {true, false}) {
+    SCOPED_TRACE(persistent ? "persistent" : "fresh workers each epoch");
+    DataLoaderOptions o;
+    o.batch_size = 10;
+    o.num_workers = 2;
+    o.persistent_workers = persistent;
+    DataLoader dl(probe(50), o);
+    std::vector<int> first;
+    size_t first_batches = 0;
+    std::thread epoch_thread([&] {
+      auto it = dl.iter();
+      while (it.next()) {
+        if (first.empty()) first = it.worker_pids();
+        ++first_batches;
+      }
+    });
+    epoch_thread.join();
+    EXPECT_EQ(first_batches, 5u);
+    // Time for a death signal to arrive and be noticed, were one sent.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (int pid : first) EXPECT_EQ(kill(pid, 0), 0) << "worker " << pid << " died with the thread";
+    auto it = dl.iter();
+    size_t batches = 0;
+    std::vector<int> second;
+    while (it.next()) {
+      if (second.empty()) second = it.worker_pids();
+      ++batches;
+    }
+    EXPECT_EQ(batches, 5u);
+    EXPECT_EQ(second, first) << "the same processes serve the next epoch";
+  }
+  EXPECT_TRUE(child_processes().empty());
+}
+
 TEST(WorkerProcesses, BatchesAreZeroCopyViewsOfSharedMemory) {
   DataLoaderOptions o;
   o.batch_size = 8;

@@ -9,6 +9,10 @@
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -26,6 +30,79 @@ std::string ExitStatus::describe() const {
   return WorkerExit{collected_elsewhere ? Kind::StatusLost : signaled ? Kind::Signal : Kind::ExitCode, code, ""}
       .describe();
 }
+
+namespace {
+
+/// The thread every worker process is started from, alive as long as the process.
+/// Each worker asks for PR_SET_PDEATHSIG (it dies with the main process), and Linux
+/// sends that signal when the *thread* that started the worker ends, not the
+/// process: workers started by an application thread that then exits (an epoch run
+/// in a std::thread or a std::async task) were killed with it, and a persistent
+/// pool's next epoch failed.  Any thread may call run(); jobs run one at a time.
+/// The state is never destroyed (a detached thread may outlive static destructors);
+/// a process forked after it existed makes its own.
+class SpawnerThread {
+ public:
+  /// Runs `job` on the spawner thread and waits for it; runs it in the calling
+  /// thread if the spawner cannot be started (the thread limit is reached).
+  static void run(const std::function<void()>& job) {
+    State* s = state();
+    if (!s) {
+      job();
+      return;
+    }
+    Job j{&job};
+    std::unique_lock<std::mutex> lock(s->mu);
+    s->jobs.push_back(&j);
+    s->wake.notify_one();
+    s->done.wait(lock, [&] { return j.finished; });
+  }
+
+ private:
+  struct Job {
+    const std::function<void()>* fn;
+    bool finished = false;
+  };
+  struct State {
+    pid_t owner = -1;
+    std::mutex mu;
+    std::condition_variable wake, done;
+    std::deque<Job*> jobs;
+  };
+
+  static State* state() {
+    static std::mutex create_mu;
+    static State* current = nullptr;
+    std::lock_guard<std::mutex> lock(create_mu);
+    if (current && current->owner == getpid()) return current;
+    auto* s = new State();  // never freed: see above
+    s->owner = getpid();
+    try {
+      std::thread([s] { serve(*s); }).detach();
+    } catch (const std::exception&) {
+      delete s;
+      return nullptr;
+    }
+    current = s;
+    return current;
+  }
+
+  static void serve(State& s) {
+    std::unique_lock<std::mutex> lock(s.mu);
+    while (true) {
+      s.wake.wait(lock, [&] { return !s.jobs.empty(); });
+      Job* j = s.jobs.front();
+      s.jobs.pop_front();
+      lock.unlock();
+      (*j->fn)();  // posix_spawn: reports through its captures, never throws
+      lock.lock();
+      j->finished = true;
+      s.done.notify_all();
+    }
+  }
+};
+
+}  // namespace
 
 static ExitStatus from_wait(int st) {
   ExitStatus s;
@@ -100,7 +177,8 @@ ChildProcess ChildProcess::spawn_worker(int worker_id, const std::string& execut
   char* argv[] = {arg0.data(), nullptr};
 
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv, envp.data());
+  int rc = 0;
+  SpawnerThread::run([&] { rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv, envp.data()); });
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   close(child_end);
