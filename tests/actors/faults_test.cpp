@@ -1036,6 +1036,27 @@ TEST(StartUp, AWorkerProgramThatExitsBeforeSayingHelloIsNamedWithItsPidAndWhatTo
   expect_nothing_left();
 }
 
+TEST(NothingLeftBehind, LoadersThatOutliveMainEndTheirWorkersAtExitWithoutACrash) {
+  // A DataLoader in a global and one in a function's static, one epoch still running,
+  // destroyed by exit() after statics CAF made lazily: exit status 0, no worker left.
+  for (const char* how : {"return", "exit"}) {
+    auto [rc, out] = run_program({LOADER_TEST_STATIC_LOADERS, how}, 60);
+    EXPECT_EQ(rc, 0) << how << ": " << out;
+    EXPECT_NE(out.find("batches 16 16, live epoch 1"), std::string::npos) << how << ": " << out;
+    int left = 0;
+    if (DIR* d = opendir("/proc")) {
+      while (dirent* e = readdir(d)) {
+        std::string exe = "/proc/" + std::string(e->d_name) + "/exe";
+        char target[512];
+        ssize_t n = readlink(exe.c_str(), target, sizeof target - 1);
+        if (n > 0 && std::string(target, static_cast<size_t>(n)) == LOADER_TEST_STATIC_LOADERS) ++left;
+      }
+      closedir(d);
+    }
+    EXPECT_EQ(left, 0) << how;
+  }
+}
+
 TEST(StartUp, AProgramThatForgetsRunWorkerIfRequestedFailsAtOnceWithoutAProcessStorm) {
   auto [rc, out] = run_program({LOADER_TEST_NO_WORKER_MAIN}, 60);
   EXPECT_EQ(rc, 1) << out;

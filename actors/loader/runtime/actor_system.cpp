@@ -1,7 +1,10 @@
 #include "loader/runtime/actor_system.h"
 
+#include <cstdlib>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "loader/error.h"
 
@@ -14,6 +17,47 @@ RuntimeConfig::RuntimeConfig() {
   set("work-stealing.moderate-poll-attempts", 0);
   set("logger.verbosity", caf::atom("quiet"));
   set("logger.console", caf::atom("none"));
+}
+
+namespace {
+struct ExitRegistry {
+  std::mutex mu;
+  std::set<ExitTeardown*> holders;
+  std::vector<std::shared_ptr<void>> kept;  ///< never destroyed (see keep_until_process_end)
+};
+ExitRegistry& exit_registry() {
+  static auto* r = new ExitRegistry;  // never destroyed: used by destructors that run at exit
+  return *r;
+}
+void tear_down_at_exit() {
+  std::vector<ExitTeardown*> holders;
+  {
+    std::lock_guard<std::mutex> lock(exit_registry().mu);
+    holders.assign(exit_registry().holders.begin(), exit_registry().holders.end());
+    exit_registry().holders.clear();
+  }
+  for (ExitTeardown* h : holders) h->teardown_at_exit();
+}
+}  // namespace
+
+void register_at_exit(ExitTeardown* holder) {
+  {
+    std::lock_guard<std::mutex> lock(exit_registry().mu);
+    exit_registry().holders.insert(holder);
+  }
+  // Registered after the holder's owner was made: exit() runs it before it destroys
+  // that owner.  Later runs find the registry empty.
+  std::atexit(tear_down_at_exit);
+}
+
+void unregister_at_exit(ExitTeardown* holder) {
+  std::lock_guard<std::mutex> lock(exit_registry().mu);
+  exit_registry().holders.erase(holder);
+}
+
+void keep_until_process_end(std::shared_ptr<void> object) {
+  std::lock_guard<std::mutex> lock(exit_registry().mu);
+  exit_registry().kept.push_back(std::move(object));
 }
 
 std::shared_ptr<caf::actor_system> acquire_system() {

@@ -19,4 +19,25 @@ class RuntimeConfig : public caf::actor_system_config {
 /// CAF cannot start (e.g. no thread can be created under the process's limit).
 std::shared_ptr<caf::actor_system> acquire_system();
 
+/// A holder of the actor system that may still live when exit() runs: a worker pool
+/// whose owner is a static (a DataLoader in a global or a function's static) is
+/// destroyed during exit, after statics CAF made lazily are gone, and tearing CAF
+/// down then corrupted the heap.  register_at_exit() also registers an exit handler
+/// (again each time, so the latest runs before every owner made earlier is
+/// destroyed); it calls teardown_at_exit() of each registered holder, which must end
+/// its OS resources (worker processes, sockets, threads) without touching CAF, and
+/// make its own destructor skip what it did.
+class ExitTeardown {
+ public:
+  virtual ~ExitTeardown() = default;
+  /// Called at most once, from the exit handler, on the thread calling exit().
+  virtual void teardown_at_exit() = 0;
+};
+/// Any thread; REQUIRES: `holder` stays valid until unregister_at_exit(holder).
+void register_at_exit(ExitTeardown* holder);
+void unregister_at_exit(ExitTeardown* holder);
+/// Keeps `object` alive, and reachable, until the process ends: what a holder leaves
+/// undestroyed at exit (leak checkers see it referenced, not lost).
+void keep_until_process_end(std::shared_ptr<void> object);
+
 }  // namespace loader::runtime

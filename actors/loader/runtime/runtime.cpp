@@ -54,9 +54,31 @@ void check_worker_number(LoaderState& state) {
 }  // namespace
 
 // ------------------------------------------------------------------ worker pool
-class WorkerPool {
+class WorkerPool final : public ExitTeardown {
  public:
   WorkerPool(LoaderState& state, uint64_t base_seed) : system_(acquire_system()) {
+    start(state, base_seed);
+    register_at_exit(this);
+  }
+
+  ~WorkerPool() override {
+    unregister_at_exit(this);
+    teardown();
+  }
+
+  /// exit() is destroying the process's statics while this pool's owner lives on: the
+  /// workers end and the OS resources go; CAF, whose lazily made statics may be gone
+  /// already, is not touched (the actors and the system are left to the process's end).
+  void teardown_at_exit() override {
+    if (torn_down_) return;
+    torn_down_ = true;
+    if (pipeline_) pipeline_->shutdown();  // closed first: no actor is called from here on
+    keep_until_process_end(std::shared_ptr<PoolActors>(actors_.release()));
+    keep_until_process_end(std::move(system_));
+  }
+
+ private:
+  void start(LoaderState& state, uint64_t base_seed) {
     if (started_as_worker_without_worker_main()) refuse_workers_in_worker_process();
     const auto& o = state.options;
     check_worker_number(state);
@@ -93,11 +115,16 @@ class WorkerPool {
     pipeline_->start_workers();
   }
 
-  ~WorkerPool() {
-    actors_->stop();  // first: nothing restarts or watches a worker during teardown
-    pipeline_->shutdown();
+  void teardown() {
+    if (torn_down_) return;
+    torn_down_ = true;
+    if (actors_) actors_->stop();  // first: nothing restarts or watches a worker during teardown
+    if (pipeline_) pipeline_->shutdown();
+    actors_.reset();
+    system_.reset();  // the last holder destroys the actor system
   }
 
+ public:
   /// The configuration of every worker for an epoch seeded with `base_seed`.
   static std::vector<WorkerConfig> worker_configs(const LoaderState& state, uint64_t base_seed) {
     const auto& o = state.options;
@@ -132,9 +159,10 @@ class WorkerPool {
   uint64_t epochs = 0;
 
  private:
-  std::shared_ptr<caf::actor_system> system_;  // destroyed last
+  std::shared_ptr<caf::actor_system> system_;  // released last (teardown)
   std::shared_ptr<Pipeline> pipeline_;
   std::unique_ptr<PoolActors> actors_;
+  bool torn_down_ = false;  // by the owner's destructor or the exit handler, one of them
 };
 
 std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_seed) {
