@@ -1039,10 +1039,15 @@ TEST(StartUp, AWorkerProgramThatExitsBeforeSayingHelloIsNamedWithItsPidAndWhatTo
 TEST(NothingLeftBehind, LoadersThatOutliveMainEndTheirWorkersAtExitWithoutACrash) {
   // A DataLoader in a global and one in a function's static, one epoch still running,
   // destroyed by exit() after statics CAF made lazily: exit status 0, no worker left.
-  for (const char* how : {"return", "exit"}) {
+  // With "fork", a child forked after the first epochs exits through exit() first: the
+  // parent's workers must still serve it.
+  for (const char* how : {"return", "exit", "fork"}) {
     auto [rc, out] = run_program({LOADER_TEST_STATIC_LOADERS, how}, 60);
     EXPECT_EQ(rc, 0) << how << ": " << out;
     EXPECT_NE(out.find("batches 16 16, live epoch 1"), std::string::npos) << how << ": " << out;
+    if (std::string(how) == "fork") {
+      EXPECT_NE(out.find("after the child's exit: batches 16 16"), std::string::npos) << out;
+    }
     int left = 0;
     if (DIR* d = opendir("/proc")) {
       while (dirent* e = readdir(d)) {

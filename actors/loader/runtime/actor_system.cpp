@@ -1,5 +1,8 @@
 #include "loader/runtime/actor_system.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -20,21 +23,35 @@ RuntimeConfig::RuntimeConfig() {
 }
 
 namespace {
+/// The holders of one process.  A child forked from it inherits a copy of its
+/// parent's registry and exit handlers: it must not end its parent's pools, so it
+/// leaves that copy alone and makes its own on first use.
 struct ExitRegistry {
+  pid_t owner = getpid();
   std::mutex mu;
   std::set<ExitTeardown*> holders;
   std::vector<std::shared_ptr<void>> kept;  ///< never destroyed (see keep_until_process_end)
 };
+std::atomic<ExitRegistry*> g_exit_registry{nullptr};
+
 ExitRegistry& exit_registry() {
-  static auto* r = new ExitRegistry;  // never destroyed: used by destructors that run at exit
+  ExitRegistry* r = g_exit_registry.load();
+  while (!r || r->owner != getpid()) {
+    auto* fresh = new ExitRegistry;  // never freed: destructors that run at exit use it
+    if (g_exit_registry.compare_exchange_strong(r, fresh)) return *fresh;
+    delete fresh;  // another thread made it first; `r` is now that one
+  }
   return *r;
 }
+
 void tear_down_at_exit() {
+  ExitRegistry* r = g_exit_registry.load();
+  if (!r || r->owner != getpid()) return;  // nothing registered here, or a forked child's copy
   std::vector<ExitTeardown*> holders;
   {
-    std::lock_guard<std::mutex> lock(exit_registry().mu);
-    holders.assign(exit_registry().holders.begin(), exit_registry().holders.end());
-    exit_registry().holders.clear();
+    std::lock_guard<std::mutex> lock(r->mu);
+    holders.assign(r->holders.begin(), r->holders.end());
+    r->holders.clear();
   }
   for (ExitTeardown* h : holders) h->teardown_at_exit();
 }
@@ -42,8 +59,9 @@ void tear_down_at_exit() {
 
 void register_at_exit(ExitTeardown* holder) {
   {
-    std::lock_guard<std::mutex> lock(exit_registry().mu);
-    exit_registry().holders.insert(holder);
+    ExitRegistry& r = exit_registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.holders.insert(holder);
   }
   // Registered after the holder's owner was made: exit() runs it before it destroys
   // that owner.  Later runs find the registry empty.
@@ -51,13 +69,15 @@ void register_at_exit(ExitTeardown* holder) {
 }
 
 void unregister_at_exit(ExitTeardown* holder) {
-  std::lock_guard<std::mutex> lock(exit_registry().mu);
-  exit_registry().holders.erase(holder);
+  ExitRegistry& r = exit_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.holders.erase(holder);
 }
 
 void keep_until_process_end(std::shared_ptr<void> object) {
-  std::lock_guard<std::mutex> lock(exit_registry().mu);
-  exit_registry().kept.push_back(std::move(object));
+  ExitRegistry& r = exit_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.kept.push_back(std::move(object));
 }
 
 std::shared_ptr<caf::actor_system> acquire_system() {

@@ -2,6 +2,7 @@
 #include <caf/all.hpp>
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -71,6 +72,7 @@ class WorkerPool final : public ExitTeardown {
   /// already, is not touched (the actors and the system are left to the process's end).
   void teardown_at_exit() override {
     if (torn_down_) return;
+    if (getpid() != owner_) return teardown();  // a forked child's copy: leave it alone
     torn_down_ = true;
     if (pipeline_) pipeline_->shutdown();  // closed first: no actor is called from here on
     keep_until_process_end(std::shared_ptr<PoolActors>(actors_.release()));
@@ -118,6 +120,14 @@ class WorkerPool final : public ExitTeardown {
   void teardown() {
     if (torn_down_) return;
     torn_down_ = true;
+    if (getpid() != owner_) {
+      // A child forked from the process that made this pool: the workers, sockets and
+      // actors are its parent's.  Ending them here would end the parent's epoch.
+      keep_until_process_end(std::move(pipeline_));
+      keep_until_process_end(std::shared_ptr<PoolActors>(actors_.release()));
+      keep_until_process_end(std::move(system_));
+      return;
+    }
     if (actors_) actors_->stop();  // first: nothing restarts or watches a worker during teardown
     if (pipeline_) pipeline_->shutdown();
     actors_.reset();
@@ -163,6 +173,7 @@ class WorkerPool final : public ExitTeardown {
   std::shared_ptr<Pipeline> pipeline_;
   std::unique_ptr<PoolActors> actors_;
   bool torn_down_ = false;  // by the owner's destructor or the exit handler, one of them
+  const pid_t owner_ = getpid();  // the process whose workers these are
 };
 
 std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_seed) {
