@@ -867,6 +867,13 @@ TEST(Resources, AnOpenFileLimitReachedAnywhereIsAClearErrorNamingTheLimit) {
   // round: whichever descriptor runs out (socket, its duplicate, a slab, its
   // mapping), the epoch fails with the limit named, or it completes; nothing hangs
   // or is left behind, and raising the limit again makes the loader work.
+  if (testing::kUndefinedSanitizer) {
+    // UBSan's vptr check reads an unknown vtable by writing it into a pipe
+    // (IsAccessibleMemoryRange): with no descriptor left it takes the vtable for
+    // unreadable and reports a type error.  CI's ASan+UBSan run reported a member call
+    // on a CAF actor "which does not point to an object of type 'abstract_actor'" here.
+    GTEST_SKIP() << "UBSan's vptr check needs two free descriptors; this test exhausts them";
+  }
   DataLoaderOptions o;
   o.batch_size = 4;
   o.num_workers = 2;
