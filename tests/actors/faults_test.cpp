@@ -225,6 +225,17 @@ std::vector<Value> all_batches(DataLoader& dl) {
   return out;
 }
 
+/// One epoch of `dl` into `got`, SIGKILLing worker `victim` once `after` batches arrived.
+void all_batches_killing(DataLoader& dl, size_t after, size_t victim, std::vector<Value>& got) {
+  auto it = dl.iter();
+  while (auto b = it.next()) {
+    got.push_back(*b);
+    if (got.size() == after) {
+      ASSERT_EQ(kill(it.worker_pids().at(victim), SIGKILL), 0);
+    }
+  }
+}
+
 TEST(WorkerDeath, KilledWorkerIsReportedWithIdPidSignalAndTasks) {
   DataLoaderOptions o;
   o.batch_size = 4;
@@ -391,15 +402,7 @@ TEST(WorkerDeath, AProgramThatIgnoresSigchldGetsItsWorkersDeathsAndStopsAtOnce) 
     o.generator = std::make_shared<Generator>(3);
     DataLoader again(faulty(40), o);
     std::vector<Value> got;
-    {
-      auto it = again.iter();
-      while (auto b = it.next()) {
-        got.push_back(*b);
-        if (got.size() == 2) {
-          ASSERT_EQ(kill(it.worker_pids()[0], SIGKILL), 0);
-        }
-      }
-    }
+    all_batches_killing(again, 2, 0, got);
     ASSERT_EQ(got.size(), expected.size());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i][1].to_tensor().equal(expected[i][1].to_tensor()));
   }
@@ -421,16 +424,7 @@ TEST(WorkerDeath, RestartedWorkerGivesTheSameBatchesAsARunWithoutTheFault) {
   o.max_worker_restarts = 2;
   DataLoader dl(faulty(200, -1, "", 1), o);
   std::vector<Value> got;
-  {
-    auto it = dl.iter();
-    while (auto b = it.next()) {
-      got.push_back(*b);
-      if (got.size() == 3) {
-        auto pids = it.worker_pids();
-        ASSERT_EQ(kill(pids[0], SIGKILL), 0);
-      }
-    }
-  }
+  all_batches_killing(dl, 3, 0, got);
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_TRUE(got[i][0].to_tensor().bitwise_equal(expected[i][0].to_tensor())) << "batch " << i;
@@ -966,15 +960,7 @@ TEST(WorkerDeath, RestartIsByteIdenticalWithADatasetThatDrawsRandomNumbers) {
       WarningCapture capture;
       DataLoader dl(ds(), o);
       std::vector<Value> got;
-      {
-        auto it = dl.iter();
-        while (auto b = it.next()) {
-          got.push_back(*b);
-          if (got.size() == 5) {
-            ASSERT_EQ(kill(it.worker_pids()[static_cast<size_t>(victim)], SIGKILL), 0);
-          }
-        }
-      }
+      all_batches_killing(dl, 5, static_cast<size_t>(victim), got);
       EXPECT_EQ(count_containing(capture.messages(), "restart 1 of 2"), 1);
       ASSERT_EQ(got.size(), expected.size());
       for (size_t i = 0; i < got.size(); ++i) {
@@ -1245,15 +1231,7 @@ TEST(WorkerDeath, RestartInALaterNonPersistentEpochIsByteIdenticalToo) {
     DataLoader dl(ds(), o);
     all_batches(dl);
     std::vector<Value> got;
-    {
-      auto it = dl.iter();
-      while (auto b = it.next()) {
-        got.push_back(*b);
-        if (got.size() == 2) {
-          ASSERT_EQ(kill(it.worker_pids()[1], SIGKILL), 0);
-        }
-      }
-    }
+    all_batches_killing(dl, 2, 1, got);
     ASSERT_EQ(got.size(), expected.size());
     for (size_t i = 0; i < got.size(); ++i)
       EXPECT_TRUE(got[i][0].to_tensor().bitwise_equal(expected[i][0].to_tensor())) << "batch " << i;
