@@ -59,6 +59,11 @@ struct EpochResult {
   int64_t batches = 0, samples = 0, label_sum = 0;
   uint64_t bytes = 0;
   double seconds = 0, wait_s = 0;
+  double next_s = 0;     ///< in DataLoader::Iterator::next()
+  double submit_s = 0;   ///< in to_device_async (allocation and queued copies)
+  double release_s = 0;  ///< destroying the previous DeviceBatch (its host batch and device buffer)
+  double check_s = 0;    ///< the first batch copied back and compared: not counted in `seconds`
+  int64_t inline_batches = 0, waits = 0;
   bool pinned = false, verified = true;
 };
 
@@ -68,7 +73,9 @@ EpochResult run_epoch(DataLoader& dl, CudaStream* stream) {
   std::optional<DeviceBatch> in_flight;
   auto t0 = Clock::now();
   auto it = dl.iter();
+  auto n0 = Clock::now();
   while (auto batch = it.next()) {
+    r.next_s += seconds_since(n0);
     const Tensor& images = (*batch)[0].to_tensor();
     const Tensor& labels = (*batch)[1].to_tensor();
     if (r.batches == 0) r.pinned = images.is_pinned();
@@ -77,27 +84,39 @@ EpochResult run_epoch(DataLoader& dl, CudaStream* stream) {
     ++r.batches;
     if (!stream) {
       r.bytes += images.nbytes() + labels.nbytes();
+      n0 = Clock::now();
       continue;
     }
+    auto s0 = Clock::now();
     DeviceBatch d = to_device_async(*batch, *stream);
+    r.submit_s += seconds_since(s0);
     r.bytes += d.bytes();
     if (r.batches == 1) {
-      // The copy is exact: the first batch's images come back from the device unchanged.
+      // The copy is exact: the first batch's images come back from the device unchanged
+      // (a check, not part of the epoch: its time is taken out).
+      auto c0 = Clock::now();
       r.verified = d.to_host(0).equal(images);
+      r.check_s = seconds_since(c0);
     }
     if (in_flight) {
       auto w0 = Clock::now();
       in_flight->wait();
       r.wait_s += seconds_since(w0);
     }
+    auto f0 = Clock::now();
     in_flight = std::move(d);
+    r.release_s += seconds_since(f0);
+    n0 = Clock::now();
   }
   if (in_flight) {
     auto w0 = Clock::now();
     in_flight->wait();
     r.wait_s += seconds_since(w0);
   }
-  r.seconds = seconds_since(t0);
+  r.seconds = seconds_since(t0) - r.check_s;
+  const EpochStats st = it.stats();
+  r.waits = st.waits;
+  for (const auto& w : st.workers) r.inline_batches += w.inline_batches;
   return r;
 }
 
@@ -205,7 +224,15 @@ int run_gpu_check(const GpuCheckOptions& args) {
         j["epoch_s"] = r.seconds;
         j["batches_per_s"] = static_cast<double>(r.batches) / r.seconds;
         j["GB_per_s"] = static_cast<double>(r.bytes) / r.seconds / 1e9;
-        if (copy) j["copy_wait_s"] = r.wait_s;
+        j["next_s"] = r.next_s;
+        j["next_waits"] = r.waits;
+        j["inline_batches"] = r.inline_batches;
+        if (copy) {
+          j["copy_wait_s"] = r.wait_s;
+          j["submit_s"] = r.submit_s;
+          j["release_s"] = r.release_s;
+          j["check_s"] = r.check_s;
+        }
         j["pinned"] = r.pinned;
         if (pin) {
           j["pin_backend"] = ps.backend_name();

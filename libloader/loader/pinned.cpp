@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "loader/detail/block_cache.h"
 #include "loader/detail/cuda.h"
 
 namespace loader {
@@ -85,11 +86,25 @@ void unpin_region(void* data, size_t bytes, PinBackend backend) {
 }
 
 // ------------------------------------------------------------------ pinned tensors
+namespace {
+// Page-locked blocks kept for reuse (see block_cache.h): at most this many bytes.
+constexpr uint64_t kMaxCachedPinnedBytes = uint64_t{1} << 30;
+
+detail::BlockCache& pinned_cache() {
+  // Never destroyed: storages may be released by static destructors at exit.
+  static auto* cache = new detail::BlockCache(
+      [](size_t bytes, std::string* error) { return detail::cuda_host_alloc(bytes, error); },
+      [](void* p) { detail::cuda_host_free(p); }, kMaxCachedPinnedBytes);
+  return *cache;
+}
+}  // namespace
+
 std::shared_ptr<Storage> allocate_pinned(size_t nbytes, PinResult* how) {
   std::string why;
   if (cuda_pinning_available(&why)) {
-    if (void* p = detail::cuda_host_alloc(nbytes ? nbytes : 1, &why)) {
-      std::shared_ptr<void> owner(p, [](void* q) { detail::cuda_host_free(q); });
+    size_t block = 0;
+    if (void* p = pinned_cache().get(nbytes ? nbytes : 1, &block, &why)) {
+      std::shared_ptr<void> owner(p, [block](void* q) { pinned_cache().put(q, block); });
       if (how) *how = PinResult{PinBackend::Cuda, true, ""};
       return Storage::wrap(p, nbytes, std::move(owner), MemoryKind::Heap, Placement{}, true);
     }
@@ -98,6 +113,13 @@ std::shared_ptr<Storage> allocate_pinned(size_t nbytes, PinResult* how) {
   if (how) *how = PinResult{PinBackend::None, false, why + "; the tensor stays in ordinary memory"};
   return nullptr;
 }
+
+PinnedCacheStats pinned_cache_stats() {
+  const auto st = pinned_cache().stats();
+  return PinnedCacheStats{st.hits, st.misses, st.cached_bytes, st.cached_blocks};
+}
+
+void empty_pinned_cache() { pinned_cache().release_all(); }
 
 std::shared_ptr<Storage> PinnedHostAllocator::allocate(size_t nbytes) {
   PinResult r;

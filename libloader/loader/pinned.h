@@ -59,10 +59,24 @@ void unpin_region(void* data, size_t bytes, PinBackend backend);
 
 // ------------------------------------------------------------------ pinned tensors
 /// `nbytes` of CUDA page-locked host memory (cudaHostAlloc, portable, 64-byte
-/// aligned or better), released with cudaFreeHost when the storage goes.  Returns
-/// nullptr when CUDA cannot pin (no device, built without CUDA, out of pinned
-/// memory); `how`, when given, says which and why.
+/// aligned or better).  Like PyTorch's caching host allocator, blocks come in
+/// power-of-two sizes and go back to a process-wide cache when the storage goes (up to
+/// 1 GiB cached; beyond that, and on empty_pinned_cache(), cudaFreeHost), so pinning
+/// batch after batch page-locks memory once.  Returns nullptr when CUDA cannot pin (no
+/// device, built without CUDA, out of pinned memory even after the cache was
+/// emptied); `how`, when given, says which and why.
 std::shared_ptr<Storage> allocate_pinned(size_t nbytes, PinResult* how = nullptr);
+
+/// The cache behind allocate_pinned (torch.cuda.host_memory_stats in spirit).
+struct PinnedCacheStats {
+  uint64_t hits = 0;          ///< allocations served by a cached block
+  uint64_t misses = 0;        ///< allocations that called cudaHostAlloc
+  uint64_t cached_bytes = 0;  ///< page-locked bytes held for reuse now
+  uint64_t cached_blocks = 0;
+};
+PinnedCacheStats pinned_cache_stats();
+/// Frees every cached pinned block (cudaFreeHost); blocks in use are not affected.
+void empty_pinned_cache();
 
 /// A TensorAllocator over allocate_pinned(); falls back to ordinary heap memory
 /// (is_pinned() false) when CUDA cannot pin.  result() is the merge of every

@@ -460,6 +460,19 @@ bool Tensor::equal(const Tensor& o) const {
   if (!defined() || !o.defined()) return defined() == o.defined();
   if (dtype_ != o.dtype_ || sizes_ != o.sizes_) return false;
   int64_t n = numel();
+  if (n > 0 && is_contiguous() && o.is_contiguous()) {  // the common case, without an index per element
+    const size_t count = static_cast<size_t>(n);
+    if (is_integral(dtype_)) return std::memcmp(data_ptr(), o.data_ptr(), count * element_size()) == 0;
+    auto same = [count](const auto* a, const auto* b) {  // == per element: NaN differs, -0 == +0
+      for (size_t i = 0; i < count; ++i)
+        if (!(a[i] == b[i])) return false;
+      return true;
+    };
+    if (dtype_ == DType::Float32)
+      return same(static_cast<const float*>(data_ptr()), static_cast<const float*>(o.data_ptr()));
+    if (dtype_ == DType::Float64)
+      return same(static_cast<const double*>(data_ptr()), static_cast<const double*>(o.data_ptr()));
+  }
   for (int64_t i = 0; i < n; ++i) {
     if (is_floating(dtype_) || dtype_ == DType::Complex64) {
       if (dtype_ == DType::Complex64) {
@@ -484,6 +497,8 @@ bool Tensor::bitwise_equal(const Tensor& o) const {
   if (dtype_ != o.dtype_ || sizes_ != o.sizes_) return false;
   int64_t n = numel();
   size_t es = element_size();
+  if (n > 0 && is_contiguous() && o.is_contiguous())
+    return std::memcmp(data_ptr(), o.data_ptr(), static_cast<size_t>(n) * es) == 0;
   for (int64_t i = 0; i < n; ++i)
     if (std::memcmp(element_address(i), o.element_address(i), es) != 0) return false;
   return true;

@@ -215,6 +215,33 @@ TEST(PinMemoryTensor, PinnedAllocationFailsCleanlyWithoutCuda) {
   }
 }
 
+// Pinning batch after batch page-locks memory once (PyTorch's caching host allocator):
+// a pinned copy that went back is handed out again for the next tensor of its size.
+TEST(PinMemoryTensor, RepeatedPinningReusesPageLockedBlocks) {
+  Tensor images = Tensor::arange(3 * 1000 * 1000, DType::Int32);  // 12 MB: a 16 MiB block
+  const PinnedCacheStats before = pinned_cache_stats();
+  if (!cuda_pinning_available()) {
+    EXPECT_FALSE(pin_memory(images).is_pinned());
+    const PinnedCacheStats after = pinned_cache_stats();
+    EXPECT_EQ(after.hits + after.misses, before.hits + before.misses);  // nothing was allocated
+    return;
+  }
+  const void* first = nullptr;
+  for (int batch = 0; batch < 5; ++batch) {
+    Tensor pinned = pin_memory(images);
+    ASSERT_TRUE(pinned.is_pinned());
+    ASSERT_TRUE(pinned.equal(images));
+    if (batch == 0) first = pinned.data_ptr();
+    else EXPECT_EQ(pinned.data_ptr(), first) << "batch " << batch << " got another block";
+  }
+  const PinnedCacheStats after = pinned_cache_stats();
+  EXPECT_GE(after.hits - before.hits, 4u);
+  EXPECT_LE(after.misses - before.misses, 1u);
+  EXPECT_GE(after.cached_bytes, uint64_t{16} << 20);
+  empty_pinned_cache();
+  EXPECT_EQ(pinned_cache_stats().cached_bytes, 0u);
+}
+
 /// PyTorch's SimpleCustomBatch: a batch type with its own pin_memory().
 class SimpleCustomBatch : public CustomObject {
  public:

@@ -106,6 +106,33 @@ TEST(Tensor, EqualComparesValuesAcrossLayouts) {
   EXPECT_FALSE(a.equal(a.to(DType::Int32)));
 }
 
+// torch.equal's rules on the contiguous fast path as on the strided one: values, not
+// bytes, for floating types (NaN differs from itself, -0 equals +0); a difference in the
+// last element is found; a view at an offset compares its own elements.
+TEST(Tensor, EqualFollowsValuesOnContiguousAndStridedTensorsAlike) {
+  for (bool strided : {false, true}) {
+    SCOPED_TRACE(strided ? "strided" : "contiguous");
+    auto layout = [strided](const Tensor& t) {
+      return strided ? t.view({2, 3}).transpose(0, 1).contiguous().transpose(0, 1) : t.view({2, 3});
+    };
+    auto f = layout(Tensor::from_vector<float>({1, 2, 3, 4, 5, -0.0f}, {6}));
+    EXPECT_EQ(f.is_contiguous(), !strided);
+    EXPECT_TRUE(f.equal(layout(Tensor::from_vector<float>({1, 2, 3, 4, 5, 0.0f}, {6}))));
+    EXPECT_FALSE(f.bitwise_equal(layout(Tensor::from_vector<float>({1, 2, 3, 4, 5, 0.0f}, {6}))));
+    auto nan = layout(Tensor::from_vector<double>({1, 2, 3, 4, 5, NAN}, {6}));
+    EXPECT_FALSE(nan.equal(nan));
+    EXPECT_TRUE(nan.bitwise_equal(nan));
+    auto i = layout(Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {6}));
+    EXPECT_TRUE(i.equal(layout(Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {6}))));
+    EXPECT_FALSE(i.equal(layout(Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 7}, {6}))));
+    auto u = layout(Tensor::from_vector<uint8_t>({9, 2, 3, 4, 5, 6}, {6}));
+    EXPECT_FALSE(u.equal(layout(Tensor::from_vector<uint8_t>({1, 2, 3, 4, 5, 6}, {6}))));
+  }
+  auto rows = Tensor::arange(12).view({4, 3});
+  EXPECT_TRUE(rows.select(0, 2).equal(Tensor::from_vector<int64_t>({6, 7, 8}, {3})));  // offset 6
+  EXPECT_FALSE(rows.select(0, 2).equal(Tensor::from_vector<int64_t>({0, 1, 2}, {3})));
+}
+
 TEST(Tensor, DLPackExportSharesMemoryAndKeepsItAlive) {
   DLManagedTensor* m = nullptr;
   void* data = nullptr;
