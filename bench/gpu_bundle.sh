@@ -7,11 +7,12 @@
 #                                                    # libcaf_core, and libcrypto/libz as a fallback
 #   bench/gpu_bundle.sh run [BUNDLE] [OUT]          # on the GPU machine, in the repository root
 #
-# `run` writes at most seven files into OUT (default ./gpu-out): env.txt (machine, driver,
+# `run` writes at most eight files into OUT (default ./gpu-out): env.txt (machine, driver,
 # libraries), pin_tests.txt (the pinned-memory and CUDA tests of both test binaries),
 # demo.txt (demos/gpu_copy_overlap with and without pinning), gpu_check.txt with the .md
-# and .jsonl of bench/gpu_check.sh (loader against PyTorch on the same data), and
-# suites.txt (both test binaries in full, 8 shards each, summarised).  Each step has its
+# and .jsonl of bench/gpu_check.sh (loader against PyTorch on the same data), handoff.txt
+# (bench/gpu_torch_handoff.cpp built against the machine's PyTorch and run: pinned batches
+# handed to libtorch), and suites.txt (both test binaries in full, 8 shards each).  Each step has its
 # own time limit; the whole run takes about 6 minutes on 16 cores.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,12 @@ if [ "$mode" = make ]; then
   # Only what a machine with a recent glibc/libstdc++ may lack: CAF always; OpenSSL 3's
   # libcrypto and zlib only where `run` finds them missing (they would shadow the
   # machine's own for its Python too).
+  # The static libraries and cudart for building bench/gpu_torch_handoff.cpp there
+  # against the machine's own CUDA build of libtorch (PyTorch's wheel).
+  mkdir -p "$bundle/static"
+  for l in libloader_core.a libloader_datasets.a libloader_runtime.a; do strip --strip-debug -o "$bundle/static/$l" "$build/$l"; done
+  cudart=$(sed -n 's/^CUDA_cudart_static_LIBRARY:FILEPATH=//p' "$build/CMakeCache.txt")
+  cp "${cudart:-/usr/local/cuda/lib64/libcudart_static.a}" "$bundle/static/"
   cp -L "$(ldconfig -p | awk '/libcaf_core.so.0.17.6 / {print $NF; exit}')" "$bundle/lib/"
   for l in libcrypto.so.3 libz.so.1; do cp -L "$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')" "$bundle/lib2/"; done
   strip "$bundle/lib/"*
@@ -77,6 +84,23 @@ step 60 "$out/demo.txt" build/demos/gpu_copy_overlap --n 4096 --workers 2
 step 60 "$out/demo.txt" build/demos/gpu_copy_overlap --n 4096 --workers 2 --no-pin
 step 60 "$out/demo.txt" build/demos/gpu_copy_overlap --n 4096 --workers 4
 step 240 "$out/gpu_check.txt" env OUT_DIR="$out" LOADER_BIN=build/loader bench/gpu_check.sh
+
+# The libtorch hand-off (docs/gpu.md): built here against the machine's PyTorch.
+handoff() {  # handoff TORCH_PACKAGE_DIR: builds and runs bench/gpu_torch_handoff.cpp
+  local t=$1 abi
+  abi=$(python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+  g++ -std=c++17 -O2 -D_GLIBCXX_USE_CXX11_ABI="$abi" bench/gpu_torch_handoff.cpp libloader_torch/loader/torch.cpp \
+    -Ilibloader -Iactors -Ilibloader_torch -I"$t/include" -I"$t/include/torch/csrc/api/include" \
+    -o "$bundle/gpu_torch_handoff" "$bundle/static/libloader_runtime.a" "$bundle/static/libloader_datasets.a" \
+    "$bundle/static/libloader_core.a" "$bundle/lib/libcaf_core.so.0.17.6" "$bundle/static/libcudart_static.a" \
+    -L"$t/lib" -Wl,-rpath,"$t/lib" -Wl,--no-as-needed -ltorch_cuda -ltorch -Wl,--as-needed -ltorch_cpu -lc10_cuda -lc10 \
+    "$bundle/lib2/libcrypto.so.3" "$bundle/lib2/libz.so.1" -ldl -lpthread -lrt || return
+  "$bundle/gpu_torch_handoff" --n 2048 --workers 2 --epochs 2
+}
+torch_dir=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null)
+export bundle
+export -f handoff
+if [ -n "$torch_dir" ]; then step 300 "$out/handoff.txt" bash -c 'handoff "$1"' handoff "$torch_dir"; fi
 
 # Both suites in full, 8 shards at a time (GoogleTest's sharding), summarised.
 tmp=$(mktemp -d)
