@@ -85,6 +85,8 @@ static std::shared_ptr<LoaderState> make_state(DataLoaderOptions options, bool i
   s->options = std::move(options);
   s->auto_collation = s->options.batch_sampler || s->options.batch_size.has_value();
   s->pin_tracker = std::make_shared<PinTracker>(s->options.pin_memory);
+  // PyTorch warns about too many workers in __init__, before any iteration.
+  if (s->options.num_workers > 0) runtime::check_worker_number(*s);
   return s;
 }
 

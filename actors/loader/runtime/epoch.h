@@ -71,6 +71,9 @@ namespace runtime {
 /// num_workers > 0: the actor runtime with worker processes (runtime.cpp).
 std::unique_ptr<EpochBackend> make_multi_process_epoch(const std::shared_ptr<LoaderState>& state,
                                                        uint64_t base_seed);
+/// PyTorch's _check_worker_number_rationality: warns once per loader when num_workers
+/// exceeds the CPUs this process may use (runtime.cpp).
+void check_worker_number(LoaderState& state);
 }  // namespace runtime
 
 }  // namespace loader

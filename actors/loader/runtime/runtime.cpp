@@ -35,7 +35,10 @@ uint64_t batch_bytes_of(const Value& spec, int64_t batch_size) {
   return total;
 }
 
-/// PyTorch's _check_worker_number_rationality, once per loader.
+}  // namespace
+
+/// PyTorch's _check_worker_number_rationality: once per loader, from the DataLoader
+/// constructor (PyTorch's __init__ warns before any iteration) or else the first pool.
 void check_worker_number(LoaderState& state) {
   if (state.warned_worker_count) return;
   state.warned_worker_count = true;
@@ -51,8 +54,6 @@ void check_worker_number(LoaderState& state) {
        "creation might get DataLoader running slow or even freeze, lower the worker number to avoid potential "
        "slowness/freeze if necessary.");
 }
-
-}  // namespace
 
 // ------------------------------------------------------------------ worker pool
 class WorkerPool final : public ExitTeardown {
