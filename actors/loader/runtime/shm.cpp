@@ -38,6 +38,8 @@ bool shm_dir_usable(struct statvfs& st, int& err) {
   return true;
 }
 
+}  // namespace
+
 uint64_t mem_available_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key;
@@ -49,16 +51,17 @@ uint64_t mem_available_bytes() {
   }
   return 0;
 }
-}  // namespace
 
-uint64_t shm_free_bytes() {
+uint64_t shm_free_bytes(SlabPlace place) {
+  if (place == SlabPlace::Memory) return mem_available_bytes();
   struct statvfs st {};
   int err = 0;
   if (!shm_dir_usable(st, err)) return mem_available_bytes();  // slabs are memfds
   return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
 }
 
-std::string shm_where() {
+std::string shm_where(SlabPlace place) {
+  if (place == SlabPlace::Memory) return "memory (memfd)";
   struct statvfs st {};
   int err = 0;
   if (shm_dir_usable(st, err)) return shm_dir();
@@ -93,16 +96,24 @@ struct FdGuard {
 };
 
 /// A name-less file in the shared-memory mount (its pages count against that
-/// mount, so the statvfs budget check keeps its meaning), else a memfd.
-int open_nameless() {
-  int fd = ::open(shm_dir().c_str(), O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
-  if (fd >= 0) return fd;
-  const int tmpfile_err = errno;
+/// mount, so the statvfs budget check keeps its meaning), else a memfd; only a memfd
+/// for SlabPlace::Memory.
+int open_nameless(SlabPlace place) {
+  int fd = -1;
+  int tmpfile_err = 0;
+  if (place == SlabPlace::ShmDir) {
+    fd = ::open(shm_dir().c_str(), O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) return fd;
+    tmpfile_err = errno;
+  }
   fd = memfd_create("loader-slab", MFD_CLOEXEC);
   if (fd >= 0) return fd;
   const int memfd_err = errno;
   if (tmpfile_err == EMFILE || memfd_err == EMFILE)
     throw ShmError("cannot create a shared-memory slab: " + os_error_text(EMFILE));
+  if (place == SlabPlace::Memory)
+    throw ShmError(std::string("cannot create a shared-memory slab: memfd_create failed (") +
+                   std::strerror(memfd_err) + ")");
   throw ShmError("cannot create a shared-memory slab: open(" + shm_dir() + ", O_TMPFILE) failed (" +
                  std::strerror(tmpfile_err) + ") and memfd_create failed (" + std::strerror(memfd_err) +
                  "); check that " + shm_dir() + " is a writable tmpfs (or set LOADER_SHM_DIR)");
@@ -115,16 +126,19 @@ struct ShmSegment::Impl {
   bip::mapped_region region;
 };
 
-std::shared_ptr<ShmSegment> ShmSegment::create(size_t size) {
+std::shared_ptr<ShmSegment> ShmSegment::create(size_t size, SlabPlace place) {
   if (size == 0) size = 1;
-  FdGuard fd{open_nameless()};
+  FdGuard fd{open_nameless(place)};
   if (::ftruncate(fd.fd, static_cast<off_t>(size)) != 0)
     throw ShmError("cannot size a shared-memory slab to " + human(size) + ": " + std::strerror(errno));
   int rc = posix_fallocate(fd.fd, 0, static_cast<off_t>(size));
   if (rc != 0) {
-    throw ShmError("shared memory is full: a batch slab needs " + human(size) + " but " + shm_where() + " has " +
-                   human(shm_free_bytes()) + " free (posix_fallocate: " + std::strerror(rc) + "). Enlarge " +
-                   shm_dir() + " (e.g. docker run --shm-size=2g), or lower batch_size, prefetch_factor or num_workers.");
+    const std::string where = shm_where(place);
+    throw ShmError("shared memory is full: a batch slab needs " + human(size) + " but " + where + " has " +
+                   human(shm_free_bytes(place)) + " free (posix_fallocate: " + std::strerror(rc) + "). " +
+                   (place == SlabPlace::Memory ? std::string("Free memory")
+                                               : "Enlarge " + shm_dir() + " (e.g. docker run --shm-size=2g)") +
+                   ", or lower batch_size, prefetch_factor or num_workers.");
   }
   std::shared_ptr<ShmSegment> seg(new ShmSegment());
   auto impl = std::make_unique<Impl>();

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 
+#include "loader/warnings.h"
+
 namespace loader::runtime {
 
 uint64_t next_slab_id() {
@@ -86,22 +88,40 @@ void WorkerSlabs::check_budget(uint64_t new_slab_size) const {
   uint64_t pool = per_worker * static_cast<uint64_t>(policy_.num_workers);
   uint64_t have = policy_.budget->bytes.load();
   uint64_t more = pool > have ? pool - have : 0;
-  uint64_t free = shm_free_bytes();
+  const SlabPlace place = policy_.budget->place.load();
+  uint64_t free = shm_free_bytes(place);
   std::string what = std::to_string(policy_.num_workers) + " workers x " +
                      std::to_string(policy_.slabs_per_worker) + " slabs x " + mib(new_slab_size);
   if (policy_.shm_limit_bytes && pool > policy_.shm_limit_bytes)
     throw ShmError("shared memory: the batch slab pool needs " + mib(pool) + " (" + what +
                    ") but shm_limit_bytes is " + mib(policy_.shm_limit_bytes) +
                    "; raise shm_limit_bytes or lower batch_size, prefetch_factor or num_workers");
-  if (more > free)
+  if (more > free) {
+    // A /dev/shm too small for the pool (Docker's default is 64 MB) is not the end: the
+    // slabs can be memfds, whose pages count against memory, not against that mount.
+    const bool dir = place == SlabPlace::ShmDir && shm_where(SlabPlace::ShmDir) == shm_dir();
+    const uint64_t memory = dir ? mem_available_bytes() : 0;
+    if (dir && more <= memory) {
+      policy_.budget->place = SlabPlace::Memory;
+      policy_.budget->checked_size = new_slab_size;
+      warn("the batch slab pool needs " + mib(pool) + " (" + what + ") but " + shm_dir() + " has only " + mib(free) +
+           " free: the slabs are taken from memory instead (memfd_create; " + mib(memory) +
+           " available), where " + shm_dir() + "'s size does not limit them. Enlarge " + shm_dir() +
+           " (e.g. docker run --shm-size=...) to keep them there.");
+      return;
+    }
     throw ShmError("shared memory: the batch slab pool needs " + mib(pool) + " (" + what + ") but " +
-                   shm_where() + " has only " + mib(free) + " free. Enlarge " + shm_where() +
-                   " (e.g. docker run --shm-size=...), or lower batch_size, prefetch_factor or num_workers");
+                   shm_where(place) + " has only " + mib(free) + " free" +
+                   (dir ? " and memory only " + mib(memory) + " available" : std::string()) + ". " +
+                   (place == SlabPlace::Memory ? std::string("Free memory")
+                                               : "Enlarge " + shm_where(place) + " (e.g. docker run --shm-size=...)") +
+                   ", or lower batch_size, prefetch_factor or num_workers");
+  }
   policy_.budget->checked_size = new_slab_size;
 }
 
 uint64_t WorkerSlabs::create(uint64_t size) {
-  auto seg = ShmSegment::create(size);
+  auto seg = ShmSegment::create(size, policy_.budget->place.load());
   uint64_t id = next_slab_id();
   slabs_[id] = seg;
   policy_.budget->bytes += seg->size();
@@ -121,7 +141,8 @@ std::optional<uint64_t> WorkerSlabs::acquire() {
   uint64_t limit = policy_.shm_limit_bytes ? policy_.shm_limit_bytes / static_cast<uint64_t>(policy_.num_workers)
                                            : UINT64_MAX;
   if (bytes() + slab_size_ > limit) return std::nullopt;
-  if (slabs_.size() >= static_cast<size_t>(policy_.slabs_per_worker) && shm_free_bytes() < 2 * slab_size_)
+  if (slabs_.size() >= static_cast<size_t>(policy_.slabs_per_worker) &&
+      shm_free_bytes(policy_.budget->place.load()) < 2 * slab_size_)
     return std::nullopt;
   try {
     return create(slab_size_);

@@ -45,6 +45,9 @@ class SlabDirectory {
 struct SlabBudget {
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> checked_size{0};
+  /// Where new slabs go: ShmDir until the pool does not fit there, then Memory (memfds,
+  /// limited by available memory, not by the size of /dev/shm), with one warning.
+  std::atomic<SlabPlace> place{SlabPlace::ShmDir};
 };
 
 struct SlabPolicy {
