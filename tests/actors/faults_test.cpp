@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <csignal>
 #include <fstream>
@@ -26,6 +29,8 @@
 
 #include "loader/dataloader.h"
 #include "loader/error.h"
+#include "loader/runtime/oom.h"
+#include "loader/runtime/worker_lifecycle.h"
 #include "loader/runtime/shm.h"
 #include "loader/samplers.h"
 #include "loader/worker_info.h"
@@ -130,6 +135,34 @@ class StdStreamsDataset : public Dataset {
 };
 LOADER_REGISTER_DATASET("test_std_streams", [](const Value& p) {
   return std::make_shared<StdStreamsDataset>(p.at("n").to_int());
+});
+
+/// A sample that takes more memory than the worker's memory cgroup allows: the worker
+/// offers itself to the OOM killer first (oom_score_adj 1000), then touches `mb` MiB.
+class MemoryHogDataset : public Dataset {
+ public:
+  explicit MemoryHogDataset(int64_t mb) : mb_(mb) {}
+  Value get(int64_t i) override {
+    if (get_worker_info()) {
+      if (FILE* f = std::fopen("/proc/self/oom_score_adj", "w")) {
+        std::fputs("1000", f);
+        std::fclose(f);
+      }
+      for (int64_t k = 0; k < mb_; ++k) {
+        auto* chunk = static_cast<char*>(std::malloc(size_t{1} << 20));
+        if (!chunk) break;
+        std::memset(chunk, 1, size_t{1} << 20);  // leaked: the point is to keep it
+      }
+    }
+    return Value(i);
+  }
+  int64_t size() const override { return 4; }
+
+ private:
+  int64_t mb_;
+};
+LOADER_REGISTER_DATASET("test_memory_hog", [](const Value& p) {
+  return std::make_shared<MemoryHogDataset>(p.at("mb").to_int());
 });
 
 /// FaultyDataset whose construction takes `init_ms` inside workers (a slow start).
@@ -407,6 +440,126 @@ TEST(WorkerDeath, AProgramThatIgnoresSigchldGetsItsWorkersDeathsAndStopsAtOnce) 
     ASSERT_EQ(got.size(), expected.size());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i][1].to_tensor().equal(expected[i][1].to_tensor()));
   }
+  expect_nothing_left();
+}
+
+TEST(WorkerDeath, TheOomKillCountOfAMemoryCgroupIsFoundInV1AndV2Files) {
+  EXPECT_EQ(runtime::parse_oom_kills("low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"), 2u);
+  EXPECT_EQ(runtime::parse_oom_kills("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n"), 7u);
+  EXPECT_FALSE(runtime::parse_oom_kills("oom_kill_disable 0\nunder_oom 0\n").has_value());
+  // cgroup v2 only, then a hybrid v1 system (memory controller on v1, an empty unified
+  // line): the v2 file first, then the v1 one.
+  EXPECT_EQ(runtime::oom_files_for("0::/user.slice/session-1.scope\n", "/cg"),
+            (std::vector<std::string>{"/cg/user.slice/session-1.scope/memory.events"}));
+  EXPECT_EQ(runtime::oom_files_for("9:name=systemd:/\n4:memory:/process_api/a0\n3:cpu,cpuacct:/\n0::/\n", "/cg"),
+            (std::vector<std::string>{"/cg/memory.events", "/cg/memory/process_api/a0/memory.oom_control"}));
+  EXPECT_EQ(runtime::oom_files_for("5:cpuacct,memory:/\n", "/cg"),
+            (std::vector<std::string>{"/cg/memory/memory.oom_control"}));
+  EXPECT_TRUE(runtime::oom_files_for("garbage\n", "/cg").empty());
+  runtime::WorkerExit oom{runtime::WorkerExit::Kind::Signal, SIGKILL, ""};
+  oom.oom_killed = true;
+  oom.oom_evidence = "oom_kill in /cg/memory.events went from 2 to 3 while it ran";
+  const std::string sentence = oom.pytorch_sentence(1234);
+  EXPECT_EQ(sentence.rfind("DataLoader worker (pid 1234) is killed by signal: Killed. The kernel's out-of-memory "
+                           "killer ended it (oom_kill in /cg/memory.events went from 2 to 3 while it ran)", 0), 0u)
+      << sentence;
+  EXPECT_EQ(oom.describe(), "killed by signal: Killed (SIGKILL, 9, by the kernel's out-of-memory killer)");
+  const runtime::WorkerExit killed{runtime::WorkerExit::Kind::Signal, SIGKILL, ""};
+  EXPECT_EQ(killed.pytorch_sentence(5), "DataLoader worker (pid 5) is killed by signal: Killed.");
+}
+
+// The half of the next test that runs inside the small memory cgroup (it skips elsewhere).
+TEST(WorkerDeath, OomChild) {
+  if (!std::getenv("LOADER_TEST_OOM_CHILD")) GTEST_SKIP() << "runs only inside WorkerDeath.AWorkerEndedBy...";
+  DataLoaderOptions o;
+  o.num_workers = 1;
+  o.batch_size = 1;
+  DataLoader dl(make_dataset({"test_memory_hog", Value::dict({{"mb", 4096}})}), o);
+  const std::string msg = error_of([&] { all_batches(dl); });
+  std::printf("error: %s\n", msg.c_str());
+  EXPECT_NE(msg.find("is killed by signal: Killed. The kernel's out-of-memory killer ended it (oom_kill in "),
+            std::string::npos) << msg;
+}
+
+// A worker the kernel's OOM killer ends dies of SIGKILL like one someone else kills:
+// the error says which, from the OOM-kill count of its memory cgroup.  The test makes a
+// memory cgroup of 256 MiB (v1 or v2, as root), runs WorkerDeath.OomChild in it (the
+// worker touches up to 4 GiB), and removes the cgroup.
+TEST(WorkerDeath, AWorkerEndedByTheOomKillerIsSaidToBe) {
+  if (testing::kUndefinedSanitizer || testing::kThreadSanitizer)
+    GTEST_SKIP() << "sanitizers change the memory a process needs; the limit would hit the wrong one";
+  std::ifstream self("/proc/self/cgroup");
+  std::stringstream text;
+  text << self.rdbuf();
+  std::string parent;
+  for (const auto& f : runtime::oom_files_for(text.str()))
+    if (runtime::read_oom_kills(f)) {
+      parent = f.substr(0, f.rfind('/'));
+      break;
+    }
+  if (parent.empty()) GTEST_SKIP() << "no memory cgroup with an OOM-kill count here";
+  const bool v1 = access((parent + "/memory.limit_in_bytes").c_str(), F_OK) == 0;
+  const std::string dir = parent + "/loader_oom_test_" + std::to_string(getpid());
+  if (mkdir(dir.c_str(), 0755) != 0)
+    GTEST_SKIP() << "cannot make a memory cgroup under " << parent << ": " << std::strerror(errno);
+  auto put = [&](const std::string& file, const std::string& value) {
+    std::ofstream f(dir + "/" + file);
+    f << value;
+    f.flush();
+    return static_cast<bool>(f);
+  };
+  const bool limited = v1 ? put("memory.limit_in_bytes", "268435456") : put("memory.max", "268435456");
+  if (v1) put("memory.memsw.limit_in_bytes", "268435456");  // no way around it through swap
+  else put("memory.swap.max", "0");
+  if (!limited) {
+    rmdir(dir.c_str());
+    GTEST_SKIP() << "cannot set a memory limit in " << dir;
+  }
+  // The child test process joins the cgroup before it execs (the parent writes its pid
+  // and then lets it go on), so its workers start in it.
+  std::vector<std::string> args = {"/proc/self/exe", "--gtest_filter=WorkerDeath.OomChild"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env = {"LOADER_TEST_OOM_CHILD=1"};
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "GTEST_", 6) != 0) env.push_back(*e);  // no shard of the parent's
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  char path[] = "/tmp/loader_oom_test_outXXXXXX";
+  const int out = mkstemp(path);
+  ASSERT_GE(out, 0);
+  unlink(path);
+  int go[2];
+  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out, 1);
+    dup2(out, 2);
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(90);
+    execve("/proc/self/exe", argv.data(), envp.data());
+    _exit(91);
+  }
+  close(go[0]);
+  const bool joined = put("cgroup.procs", std::to_string(pid));
+  (void)!write(go[1], "x", 1);
+  close(go[1]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::string output(static_cast<size_t>(lseek(out, 0, SEEK_END)), '\0');
+  (void)pread(out, output.data(), output.size(), 0);
+  close(out);
+  for (int i = 0; i < 100 && rmdir(dir.c_str()) != 0; ++i)  // empty once its processes are reaped
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_NE(access(dir.c_str(), F_OK), 0) << dir << " was left behind";
+  ASSERT_TRUE(joined) << "cannot move a process into " << dir;
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_NE(output.find("The kernel's out-of-memory killer ended it (oom_kill in " + dir), std::string::npos)
+      << output;
   expect_nothing_left();
 }
 

@@ -30,7 +30,13 @@ std::string signal_name(int sig) {
 std::string WorkerExit::pytorch_sentence(int pid) const {
   const std::string who = "DataLoader worker (pid " + std::to_string(pid) + ")";
   switch (kind) {
-    case Kind::Signal: return who + " is killed by signal: " + signal_name(code) + ".";
+    case Kind::Signal:
+      return who + " is killed by signal: " + signal_name(code) + "." +
+             (oom_killed ? " The kernel's out-of-memory killer ended it (" + oom_evidence +
+                               "): the workers and the main process together need more memory than their "
+                               "cgroup or the machine allows. Lower batch_size, prefetch_factor or num_workers, "
+                               "hold less of the dataset in each worker, or raise the memory limit."
+                         : std::string());
     case Kind::ExitCode:
       return who + " exited unexpectedly with exit code " + std::to_string(code) + ".";
     case Kind::Frozen:
@@ -53,7 +59,7 @@ std::string WorkerExit::describe() const {
     case Kind::Signal: {
       const char* a = signal_abbrev(code);
       return "killed by signal: " + signal_name(code) + " (" + (a ? std::string(a) + ", " : "") +
-             std::to_string(code) + ")";
+             std::to_string(code) + (oom_killed ? ", by the kernel's out-of-memory killer" : "") + ")";
     }
     case Kind::ExitCode: return "exited with status " + std::to_string(code);
     case Kind::Frozen: return "was frozen for " + detail + " and killed";

@@ -43,6 +43,10 @@ struct WorkerExit {
   int code = 0;            ///< signal number or exit status
   std::string detail;      ///< extra words (e.g. why a start failed)
   int pid = -1;            ///< the process that went down, when its link knows it
+  /// A SIGKILL while its memory cgroup counted an OOM kill (WorkerLink, oom.h), and the
+  /// counts that say so.
+  bool oom_killed = false;
+  std::string oom_evidence = {};
   /// PyTorch's sentence: "DataLoader worker (pid 12) is killed by signal: Killed."
   std::string pytorch_sentence(int pid) const;
   /// Short form for warnings: "killed by signal: Killed (SIGKILL, 9)".

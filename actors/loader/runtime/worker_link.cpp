@@ -50,6 +50,7 @@ WorkerLink::WorkerLink(const Spec& spec, LinkEvents* events)
     child_ = ChildProcess::spawn_worker(spec_.worker_id, spec_.executable);
     sock_ = child_.socket();
     pid_ = child_.pid();
+    oom_ = oom_counter_of(pid_);
   }
   try {
     inject_fault("reader_thread");
@@ -101,7 +102,7 @@ WorkerExit WorkerLink::reap_after_eof() {
   // The socket closes while the process exits: the exit status follows at once.
   if (auto st = child_.wait_exit(2000)) {
     if (st->collected_elsewhere) return WorkerExit{WorkerExit::Kind::StatusLost, 0, ""};
-    if (st->signaled) return WorkerExit{WorkerExit::Kind::Signal, st->code, ""};
+    if (st->signaled) return with_oom_evidence(WorkerExit{WorkerExit::Kind::Signal, st->code, ""});
     return WorkerExit{WorkerExit::Kind::ExitCode, st->code, ""};
   }
   child_.kill(SIGKILL);
@@ -132,7 +133,20 @@ std::optional<WorkerExit> WorkerLink::exited_with_socket_open() const {
   if (pid_ <= 0) return std::nullopt;
   auto st = child_.exited_unreaped();
   if (!st) return std::nullopt;
-  return WorkerExit{st->signaled ? WorkerExit::Kind::Signal : WorkerExit::Kind::ExitCode, st->code, ""};
+  return with_oom_evidence(
+      WorkerExit{st->signaled ? WorkerExit::Kind::Signal : WorkerExit::Kind::ExitCode, st->code, ""});
+}
+
+WorkerExit WorkerLink::with_oom_evidence(WorkerExit how) const {
+  // SIGKILL from the OOM killer or from anyone else looks the same; the count of OOM
+  // kills in the worker's memory cgroup tells them apart.
+  if (how.kind != WorkerExit::Kind::Signal || how.code != SIGKILL || !oom_) return how;
+  const auto now = read_oom_kills(oom_->file);
+  if (!now || *now <= oom_->kills) return how;
+  how.oom_killed = true;
+  how.oom_evidence = "oom_kill in " + oom_->file + " went from " + std::to_string(oom_->kills) + " to " +
+                     std::to_string(*now) + " while it ran";
+  return how;
 }
 
 void WorkerLink::stop() {

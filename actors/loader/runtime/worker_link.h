@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "loader/runtime/child_process.h"
+#include "loader/runtime/oom.h"
 #include "loader/runtime/wire.h"
 #include "loader/runtime/worker_lifecycle.h"
 
@@ -105,6 +106,9 @@ class WorkerLink final : public Link {
  private:
   void read_loop();
   WorkerExit reap_after_eof();
+  /// `how` with the OOM killer named when the worker's memory cgroup counted an OOM kill
+  /// since the worker started (a SIGKILL only).
+  WorkerExit with_oom_evidence(WorkerExit how) const;
 
   Spec spec_;
   LinkEvents* events_;
@@ -114,6 +118,7 @@ class WorkerLink final : public Link {
   std::thread worker_thread_;    // in-process workers
   std::thread reader_;
   int pid_ = -1;
+  std::optional<OomCounter> oom_;  // its memory cgroup's OOM-kill count at spawn (set once)
   std::mutex write_mu_;
   std::mutex stop_mu_;
   std::atomic<bool> stopping_{false};
