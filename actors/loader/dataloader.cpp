@@ -188,7 +188,7 @@ int64_t DataLoader::size() {
 
 // ------------------------------------------------------------------ Iterator
 DataLoader::Iterator::Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state)
-    : backend_(std::move(backend)), state_(std::move(state)) {}
+    : backend_(std::move(backend)), state_(std::move(state)), len_called_(state_->iterable_len_called) {}
 DataLoader::Iterator::Iterator(Iterator&&) noexcept = default;
 DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&&) noexcept = default;
 DataLoader::Iterator::~Iterator() = default;
@@ -208,9 +208,9 @@ std::optional<Value> DataLoader::Iterator::next() {
     return std::nullopt;
   }
   ++yielded_;
-  if (state_->iterable && state_->iterable_len_called && yielded_ > *state_->iterable_len_called) {
+  if (state_->iterable && len_called_ && yielded_ > *len_called_) {
     warn("Length of IterableDataset " + state_->iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type +
-         " was reported to be " + std::to_string(*state_->iterable_len_called) +
+         " was reported to be " + std::to_string(*len_called_) +
          " (when accessing len(dataloader)), but " + std::to_string(yielded_) +
          " samples have been fetched. For multiprocessing data-loading, this could be caused by not "
          "properly configuring the IterableDataset replica at each worker. Please see "

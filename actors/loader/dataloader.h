@@ -80,6 +80,9 @@ class DataLoader {
     int64_t yielded_ = 0;
     double next_s_ = 0;
     EpochStats ended_;  ///< the stage figures as the epoch ended (backend_ gone)
+    /// The IterableDataset length len(dataloader) reported before this iterator was made
+    /// (PyTorch's iterator copies _IterableDataset_len_called when it is created).
+    std::optional<int64_t> len_called_;
   };
 
   Iterator iter();

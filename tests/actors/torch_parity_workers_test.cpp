@@ -205,6 +205,34 @@ TEST_F(TorchParity, D74_LengthWarningOnlyAfterLenAndThenOnEveryExtraBatch) {
   }
 }
 
+// PyTorch's iterator copies loader._IterableDataset_len_called when it is made (in
+// __init__ and, for persistent workers, _reset): asking len(dataloader) after iter()
+// warns only from the next iterator on.
+TEST_F(TorchParity, D74_AnIteratorKeepsTheLengthReportedBeforeItWasMade) {
+  for (bool persistent : {false, true}) {
+    SCOPED_TRACE(persistent ? "persistent" : "fresh workers");
+    DataLoaderOptions o;
+    o.num_workers = 3;
+    o.persistent_workers = persistent;
+    DataLoader dl(counting(20), o);
+    // Counting(20) in each of the 3 workers: 60 batches an epoch.
+    int64_t batches = 0;
+    auto it = dl.iter();
+    EXPECT_EQ(dl.size(), 20);  // after iter(): this iterator never heard of it
+    EXPECT_EQ(length_warnings([&] {
+                while (it.next()) ++batches;
+              }),
+              0);
+    EXPECT_EQ(batches, 60);
+    it = dl.iter();  // made after len(): warns for every batch past the 20th
+    EXPECT_EQ(length_warnings([&] {
+                while (it.next()) ++batches;
+              }),
+              40);
+    EXPECT_EQ(batches, 120);
+  }
+}
+
 TEST_F(TorchParity, D50_BuiltinCollectionConversionWithOneWorker) {
   for (bool persistent : {false, true}) {
     for (bool iterable : {false, true}) {
