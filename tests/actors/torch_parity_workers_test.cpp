@@ -23,12 +23,16 @@
 #include "loader/worker_info.h"
 #include "process_leaks.h"
 #include "sanitizers.h"
-#include "test_util.h"
+#include "torch_parity_util.h"
 
 namespace loader {
 namespace {
 
 using nlohmann::json;
+using testing::counting;
+using testing::load_golden;
+using testing::range_ds;
+using testing::run_epoch;
 
 // ------------------------------------------------------------------ datasets of this suite
 
@@ -97,18 +101,6 @@ class StringDataset : public Dataset {
 };
 LOADER_REGISTER_DATASET("parity_strings", [](const Value&) { return std::make_shared<StringDataset>(); });
 
-/// PyTorch's ErrorDataset (D90): a length but no __getitem__.
-class NoGetItem : public Dataset {
- public:
-  explicit NoGetItem(int64_t n) : n_(n) {}
-  Value get(int64_t) override { throw NotImplementedError("Subclasses of Dataset should implement __getitem__."); }
-  int64_t size() const override { return n_; }
-
- private:
-  int64_t n_;
-};
-LOADER_REGISTER_DATASET("parity_no_getitem", [](const Value& p) { return std::make_shared<NoGetItem>(p.at("n").to_int()); });
-
 /// PyTorch's SleepDataset (D102): every __getitem__ sleeps `ms` milliseconds.
 class SleepDataset : public Dataset {
  public:
@@ -125,24 +117,6 @@ class SleepDataset : public Dataset {
 LOADER_REGISTER_DATASET("parity_sleep", [](const Value& p) { return std::make_shared<SleepDataset>(p.at("ms").to_int()); });
 
 // ------------------------------------------------------------------ helpers
-
-std::vector<Value> run_epoch(DataLoader& dl) {
-  std::vector<Value> out;
-  auto it = dl.iter();
-  while (auto b = it.next()) out.push_back(std::move(*b));
-  return out;
-}
-
-std::shared_ptr<Dataset> range_ds(int64_t n) { return make_dataset({"range", Value::dict({{"n", n}})}); }
-std::shared_ptr<IterableDataset> counting(int64_t n) {
-  return make_iterable_dataset({"counting", Value::dict({{"n", n}})});
-}
-
-json load_golden(const std::string& name) {
-  std::string text = testing::read_file(testing::golden_path(name));
-  if (text.empty()) throw std::runtime_error("cannot read golden file " + testing::golden_path(name));
-  return json::parse(text);
-}
 
 /// Warnings about an IterableDataset's length seen while `f` runs.
 template <class F>
@@ -323,7 +297,8 @@ TEST_F(TorchParity, D90_D104_ErrorsInEveryBatchWithPersistentWorkers) {
   o.batch_size = 2;
   o.shuffle = true;
   o.persistent_workers = true;
-  DataLoader dl(make_dataset({"parity_no_getitem", Value::dict({{"n", 41}})}), o);
+  // PyTorch's ErrorDataset, registered by worker_golden_test.cpp of this binary.
+  DataLoader dl(make_dataset({"golden_no_getitem", Value::dict({{"n", 41}})}), o);
   for (int epoch = 0; epoch < 2; ++epoch) {
     auto it = dl.iter();
     int64_t errors = 0;

@@ -22,30 +22,16 @@
 #include "loader/generator.h"
 #include "loader/samplers.h"
 #include "loader/warnings.h"
-#include "test_util.h"
+#include "torch_parity_util.h"
 
 namespace loader {
 namespace {
 
 using nlohmann::json;
-
-json load_golden(const std::string& name) {
-  std::string text = testing::read_file(testing::golden_path(name));
-  if (text.empty()) throw std::runtime_error("cannot read golden file " + testing::golden_path(name));
-  return json::parse(text);
-}
-
-std::vector<Value> run_epoch(DataLoader& dl) {
-  std::vector<Value> out;
-  auto it = dl.iter();
-  while (auto b = it.next()) out.push_back(std::move(*b));
-  return out;
-}
-
-std::shared_ptr<Dataset> range_ds(int64_t n) { return make_dataset({"range", Value::dict({{"n", n}})}); }
-std::shared_ptr<IterableDataset> counting(int64_t n) {
-  return make_iterable_dataset({"counting", Value::dict({{"n", n}})});
-}
+using testing::counting;
+using testing::load_golden;
+using testing::range_ds;
+using testing::run_epoch;
 
 /// PyTorch's TestDataLoader fixture: data = randn(100, 2, 3, 5), labels = randperm(50).repeat(2),
 /// dataset = TensorDataset(data, labels).  Distinct values stand in for randn (the
