@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "loader/error.h"
+#include "loader/runtime/checkpoint.h"
 #include "loader/runtime/epoch.h"
 #include "loader/samplers.h"
 #include "loader/warnings.h"
@@ -23,10 +24,10 @@ Generator& LoaderState::generator() const {
 namespace {
 class SingleProcessEpoch final : public EpochBackend {
  public:
-  explicit SingleProcessEpoch(LoaderState& s) : state_(s) {
+  SingleProcessEpoch(LoaderState& s, std::optional<TaskSource> source) : state_(s) {
     // worker_init_fn is not called with num_workers = 0, as in PyTorch.
     if (s.dataset) {
-      tasks_.emplace(s.batch_sampler, s.sampler);
+      tasks_ = std::move(source);
       map_fetcher_.emplace(s.dataset, s.auto_collation, s.collate());
     } else {
       iter_fetcher_.emplace(s.iterable, s.auto_collation, s.collate(), s.options.drop_last);
@@ -38,6 +39,7 @@ class SingleProcessEpoch final : public EpochBackend {
     if (map_fetcher_) {
       auto indices = tasks_->next();
       if (!indices) return std::nullopt;
+      ++consumed_;  // consumed also when its fetch throws, as PyTorch's index is
       batch = map_fetcher_->fetch(*indices);
     } else {
       size_t n = static_cast<size_t>(state_.options.batch_size.value_or(1));
@@ -53,6 +55,12 @@ class SingleProcessEpoch final : public EpochBackend {
     out.in_flight = 0;
     out.ready = 0;
     out.waits = 0;
+  }
+
+  EpochPosition position() const override {
+    EpochPosition p;
+    p.consumed = p.sent = consumed_;
+    return p;
   }
 
  private:
@@ -71,11 +79,12 @@ class SingleProcessEpoch final : public EpochBackend {
   std::optional<MapFetcher> map_fetcher_;
   std::optional<IterableFetcher> iter_fetcher_;
   int64_t fetched_ = 0;
+  uint64_t consumed_ = 0;  ///< tasks taken from the sampler (map-style)
 };
 }  // namespace
 
-std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state) {
-  return std::make_unique<SingleProcessEpoch>(state);
+std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state, std::optional<TaskSource> source) {
+  return std::make_unique<SingleProcessEpoch>(state, std::move(source));
 }
 
 // ------------------------------------------------------------------ DataLoader
@@ -154,18 +163,84 @@ PinStatus DataLoader::pin_memory_status() const { return state_->pin_tracker->st
 
 DataLoader::Iterator DataLoader::iter() {
   auto& s = *state_;
-  std::unique_ptr<EpochBackend> backend;
-  if (s.options.num_workers == 0) {
-    (void)s.generator().random_int64();  // base_seed: drawn even with 0 workers, as PyTorch does
-    backend = make_single_process_epoch(s);
+  std::optional<ResumePlan> plan = std::move(s.resume);
+  s.resume.reset();
+  const std::vector<RandomStream> streams = loader_streams(s);
+  // A resumed epoch replays its draws from where the streams stood as it began; after a
+  // finished epoch, the next one starts from where they stood at the checkpoint.
+  if (plan) load_streams(streams, plan->finished ? plan->streams_now : plan->streams_at_start,
+                         plan->finished ? "the checkpoint" : "the epoch's start");
+  Iterator::Start start;
+  start.streams = save_streams(streams);
+
+  // base_seed: drawn at every iter(), also with 0 workers, as PyTorch does; persistent
+  // workers draw it once, when they are created.
+  const std::optional<uint64_t> persistent_seed =
+      s.options.num_workers > 0 ? runtime::persistent_base_seed(s) : std::nullopt;
+  bool draw = !persistent_seed;
+  if (plan && s.options.num_workers > 0) draw = plan->finished ? !plan->pool_alive : plan->base_seed_drawn;
+  uint64_t base_seed = 0;
+  if (draw) {
+    base_seed = static_cast<uint64_t>(s.generator().random_int64());
+    if (plan && !plan->finished && s.options.num_workers > 0 && base_seed != plan->base_seed)
+      throw ValueError(
+          "DataLoader.load_state_dict: replaying the checkpointed epoch drew base_seed " + std::to_string(base_seed) +
+          " where the epoch had drawn " + std::to_string(plan->base_seed) +
+          ": this loader draws from other generators than the one checkpointed (build it with the same generator and "
+          "sampler options)");
   } else {
-    // Persistent workers draw base_seed once, when they are created.
-    uint64_t base_seed = 0;
-    if (!s.options.persistent_workers || !s.persistent_pool)
-      base_seed = static_cast<uint64_t>(s.generator().random_int64());
-    backend = runtime::make_multi_process_epoch(state_, base_seed);
+    base_seed = plan ? plan->base_seed : *persistent_seed;
   }
-  return Iterator(std::move(backend), state_);
+  start.base_seed = base_seed;
+  start.base_seed_drawn = draw;
+
+  std::optional<TaskSource> source;
+  if (s.dataset) source.emplace(s.batch_sampler, s.sampler);
+  EpochResume resume;
+  if (plan && !plan->finished) {
+    if (source) source->fast_forward(plan->consumed, plan->sampled);
+    load_streams(streams, plan->streams_now, "the checkpoint");
+    start.consumed = plan->consumed;
+    start.pending = plan->sampled - plan->consumed;
+    resume.consumed = plan->consumed;
+    resume.worker_rng = plan->worker_rng;
+  } else if (plan && plan->pool_alive) {
+    resume.worker_rng = plan->worker_rng;  // persistent workers' streams go on
+  }
+  std::unique_ptr<EpochBackend> backend;
+  if (s.options.num_workers == 0) backend = make_single_process_epoch(s, std::move(source));
+  else backend = runtime::make_multi_process_epoch(state_, base_seed, std::move(source), std::move(resume));
+  Iterator it(std::move(backend), state_, std::move(start));
+  it.yielded_ = static_cast<int64_t>(it.start_.consumed);
+  return it;
+}
+
+Value DataLoader::state_dict() const {
+  auto& s = *state_;
+  check_resumable(s, "DataLoader.state_dict()");
+  ResumePlan p;
+  if (s.latest_iterator) {
+    p = static_cast<const Iterator*>(s.latest_iterator)->plan();
+  } else if (s.latest_plan) {
+    p = *s.latest_plan;
+  } else {
+    // No epoch yet: the next iter() is the first.
+    p.finished = true;
+    p.pool_alive = runtime::persistent_base_seed(s).has_value();
+    p.streams_at_start = save_streams(loader_streams(s));
+  }
+  p.streams_now = save_streams(loader_streams(s));
+  return encode_checkpoint(p, s.options);
+}
+
+void DataLoader::load_state_dict(const Value& state) {
+  auto& s = *state_;
+  check_resumable(s, "DataLoader.load_state_dict()");
+  const std::vector<RandomStream> streams = loader_streams(s);
+  ResumePlan plan = decode_checkpoint(state, s.options, streams.size());
+  check_streams(streams, plan.streams_at_start, "the epoch's start");
+  check_streams(streams, plan.streams_now, "the checkpoint");
+  s.resume = std::move(plan);
 }
 
 int64_t DataLoader::size() {
@@ -187,11 +262,77 @@ int64_t DataLoader::size() {
 }
 
 // ------------------------------------------------------------------ Iterator
-DataLoader::Iterator::Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state)
-    : backend_(std::move(backend)), state_(std::move(state)), len_called_(state_->iterable_len_called) {}
-DataLoader::Iterator::Iterator(Iterator&&) noexcept = default;
-DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&&) noexcept = default;
-DataLoader::Iterator::~Iterator() = default;
+DataLoader::Iterator::Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state, Start start)
+    : backend_(std::move(backend)),
+      state_(std::move(state)),
+      start_(std::move(start)),
+      len_called_(state_->iterable_len_called) {
+  state_->latest_iterator = this;
+}
+
+DataLoader::Iterator::Iterator(Iterator&& o) noexcept
+    : backend_(std::move(o.backend_)),
+      state_(std::move(o.state_)),
+      start_(std::move(o.start_)),
+      ended_at_(std::move(o.ended_at_)),
+      yielded_(o.yielded_),
+      next_s_(o.next_s_),
+      ended_(std::move(o.ended_)),
+      len_called_(o.len_called_) {
+  if (state_ && state_->latest_iterator == &o) state_->latest_iterator = this;
+}
+
+DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&& o) noexcept {
+  if (this == &o) return *this;
+  leave_latest();
+  backend_ = std::move(o.backend_);
+  state_ = std::move(o.state_);
+  start_ = std::move(o.start_);
+  ended_at_ = std::move(o.ended_at_);
+  yielded_ = o.yielded_;
+  next_s_ = o.next_s_;
+  ended_ = std::move(o.ended_);
+  len_called_ = o.len_called_;
+  if (state_ && state_->latest_iterator == &o) state_->latest_iterator = this;
+  return *this;
+}
+
+DataLoader::Iterator::~Iterator() { leave_latest(); }
+
+void DataLoader::Iterator::leave_latest() noexcept {
+  if (!state_ || state_->latest_iterator != this) return;
+  state_->latest_iterator = nullptr;
+  // The loader keeps where its latest epoch stood (DataLoader::state_dict).
+  try {
+    if (!state_->iterable && state_->options.in_order) state_->latest_plan = plan();
+  } catch (const std::exception&) {
+    state_->latest_plan.reset();  // a pool that failed: nothing to resume from
+  }
+}
+
+ResumePlan DataLoader::Iterator::plan() const {
+  check_resumable(*state_, "DataLoader.state_dict()");
+  EpochPosition pos = backend_ ? backend_->position() : ended_at_ ? *ended_at_ : EpochPosition{};
+  if (!pos.exact)
+    throw ValueError("DataLoader.state_dict(): prefetch_factor * num_workers is above 1023, more tasks in flight than "
+                     "the workers' state pages record: lower prefetch_factor for a loader you checkpoint");
+  ResumePlan p;
+  p.finished = !backend_;
+  p.consumed = start_.consumed + pos.consumed;
+  p.sampled = start_.consumed + std::max(pos.sent, start_.pending);
+  p.streams_at_start = start_.streams;
+  p.base_seed_drawn = start_.base_seed_drawn;
+  p.base_seed = start_.base_seed;
+  p.pool_alive = state_->options.num_workers > 0 && state_->options.persistent_workers;
+  p.worker_rng = std::move(pos.worker_rng);
+  return p;
+}
+
+Value DataLoader::Iterator::state_dict() const {
+  ResumePlan p = plan();
+  p.streams_now = save_streams(loader_streams(*state_));
+  return encode_checkpoint(p, state_->options);
+}
 
 std::optional<Value> DataLoader::Iterator::next() {
   if (!backend_) return std::nullopt;
@@ -204,6 +345,8 @@ std::optional<Value> DataLoader::Iterator::next() {
   auto batch = backend_->next();
   if (!batch) {
     backend_->stats(ended_);
+    if (!state_->iterable && state_->options.in_order)
+      ended_at_ = std::make_unique<EpochPosition>(backend_->position());  // for a checkpoint after the end
     backend_.reset();  // ends the epoch: workers released now, not at destruction
     return std::nullopt;
   }

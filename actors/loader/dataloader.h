@@ -25,6 +25,7 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "loader/dataloader_options.h"
@@ -37,6 +38,8 @@ namespace loader {
 
 class EpochBackend;  // one pass over the data (single-process or actor runtime)
 class LoaderState;   // what the loader shares with its epochs
+struct EpochPosition;
+struct ResumePlan;
 
 class DataLoader {
  public:
@@ -71,12 +74,36 @@ class DataLoader {
     /// results ready, each worker's state).  Valid also after the end of the epoch
     /// (the counters of the whole epoch; the "now" figures as the epoch ended).
     EpochStats stats() const;
+    /// A checkpoint of this epoch after the batches next() has returned so far
+    /// (torchdata's StatefulDataLoader.state_dict()): a dict that loader::pt::save
+    /// writes.  DataLoader::load_state_dict(it) on a loader built the same way, in this
+    /// process or another, makes its next iter() give the rest of this epoch, batch for
+    /// batch and byte for byte, and the epochs after it as this loader would, also for
+    /// datasets that draw random numbers in the workers.  Cheap (no batch is copied);
+    /// the workers go on meanwhile.  Throws ValueError for an iterable dataset or
+    /// in_order=false.
+    Value state_dict() const;
 
    private:
     friend class DataLoader;
-    Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state);
+    /// How the epoch began, for its checkpoints.
+    struct Start {
+      std::vector<std::string> streams;  ///< the random streams before its first draw
+      bool base_seed_drawn = false;
+      uint64_t base_seed = 0;
+      uint64_t consumed = 0;  ///< resumed: tasks the checkpointed iterator had consumed
+      uint64_t pending = 0;   ///< resumed: tasks it had given out but not consumed
+    };
+    Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state, Start start);
+    /// Where the epoch stands (a checkpoint without its streams_now).
+    ResumePlan plan() const;
+    /// This iterator goes (destroyed or moved over): if it is the loader's latest, the
+    /// loader keeps where it stood.
+    void leave_latest() noexcept;
     std::unique_ptr<EpochBackend> backend_;
     std::shared_ptr<LoaderState> state_;
+    Start start_;
+    std::unique_ptr<EpochPosition> ended_at_;  ///< where the epoch ended (backend_ gone)
     int64_t yielded_ = 0;
     double next_s_ = 0;
     EpochStats ended_;  ///< the stage figures as the epoch ended (backend_ gone)
@@ -122,6 +149,26 @@ class DataLoader {
   std::shared_ptr<BatchSamplerBase> batch_sampler() const;
   /// Shuts down persistent workers now (also done by the destructor).
   void shutdown();
+
+  /// A checkpoint of the loader (torchdata's StatefulDataLoader.state_dict()): its
+  /// latest iterator's (Iterator::state_dict()), also once that iterator is gone;
+  /// before any epoch, the start of the first one.  Taken after an epoch ended, it
+  /// resumes at the next epoch.  Save it with loader::pt::save alongside the model:
+  ///
+  ///   for (loader::Value& batch : dl) { step(batch); if (++n % 1000 == 0) loader::pt::save(dl.state_dict(), "dl.pt"); }
+  ///   // later, maybe in another process, a loader built the same way:
+  ///   dl2.load_state_dict(loader::pt::load("dl.pt"));
+  ///   for (loader::Value& batch : dl2) ...   // the rest of that epoch, identical
+  Value state_dict() const;
+  /// Makes the next iter() resume the checkpoint (see Iterator::state_dict).  The
+  /// loader must be built like the checkpointed one: the same dataset, sampler and
+  /// batching, the same num_workers, persistent_workers, generator and worker_init_fn.
+  /// The next iter() replays the checkpointed epoch's random draws (without loading a
+  /// sample) and leaves the default generator and the loader's generators where they
+  /// stood when the checkpoint was taken.  A DistributedSampler's set_epoch() is yours
+  /// to call again, as before the original epoch.  Throws ValueError, changing nothing,
+  /// for a checkpoint that does not fit this loader (saying what differs).
+  void load_state_dict(const Value& state);
 
   /// What pin_memory achieved so far (it stays valid after the epoch ends):
   /// backend "cuda" (batches are CUDA page-locked: with workers the shared-memory

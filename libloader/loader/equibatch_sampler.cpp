@@ -122,4 +122,9 @@ std::optional<int64_t> EquiBatchSampler::size() const {
   return num_classes() * (balanced_coef_ / batch_size_);
 }
 
+std::vector<RandomStream> EquiBatchSampler::random_streams() const {
+  std::shared_ptr<PythonRandom> g = generator_;
+  return {RandomStream{g.get(), [g] { return g->state(); }, [g](const std::string& b) { return g->set_state(b); }}};
+}
+
 }  // namespace loader

@@ -82,6 +82,8 @@ class EquiBatchSampler : public BatchSamplerBase {
   std::unique_ptr<Cursor<IndexBatch>> iter() override;
   /// Batches per pass, without drawing: num_classes() * (balanced_coef / batch_size).
   std::optional<int64_t> size() const override;
+  /// Its PythonRandom (its own, or the one given), whose stream runs on across epochs.
+  std::vector<RandomStream> random_streams() const override;
 
   int64_t batch_size() const noexcept { return batch_size_; }
   int64_t balanced_coef() const noexcept { return balanced_coef_; }

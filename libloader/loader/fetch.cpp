@@ -1,5 +1,9 @@
 #include "loader/fetch.h"
 
+#include <string>
+
+#include "loader/error.h"
+
 namespace loader {
 
 namespace {
@@ -118,10 +122,30 @@ TaskSource::TaskSource(std::shared_ptr<BatchSamplerBase> batch_sampler, std::sha
 }
 
 std::optional<IndexBatch> TaskSource::next() {
+  if (!pending_.empty()) {
+    IndexBatch b = std::move(pending_.front());
+    pending_.pop_front();
+    return b;
+  }
+  return pull();
+}
+
+std::optional<IndexBatch> TaskSource::pull() {
   if (batches_) return batches_->next();
   auto i = indices_->next();
   if (!i) return std::nullopt;
   return IndexBatch{*i};
+}
+
+void TaskSource::fast_forward(uint64_t consumed, uint64_t pulled) {
+  for (uint64_t k = 0; k < pulled; ++k) {
+    auto b = pull();
+    if (!b)
+      throw ValueError("cannot resume the epoch: the checkpoint says its sampler had given " + std::to_string(pulled) +
+                       " batches, but this loader's sampler gives only " + std::to_string(k) +
+                       " (load the checkpoint into a DataLoader over the same dataset, sampler and batch size)");
+    if (k >= consumed) pending_.push_back(std::move(*b));
+  }
 }
 
 }  // namespace loader

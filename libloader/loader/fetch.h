@@ -6,6 +6,7 @@
 //   loader::Value batch = f.fetch({4, 1, 7});
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <optional>
 
@@ -65,8 +66,15 @@ class TaskSource {
   TaskSource(std::shared_ptr<BatchSamplerBase> batch_sampler, std::shared_ptr<Sampler> sampler);
   /// Indices of the next task, or nullopt when the pass is over.
   std::optional<IndexBatch> next();
+  /// Resuming a pass from a checkpoint (DataLoader::load_state_dict): takes the first
+  /// `pulled` tasks now, so that the sampler makes the draws it had made for them,
+  /// drops the first `consumed` of them and gives the others first.  Throws ValueError
+  /// when the pass has fewer than `pulled` tasks.  REQUIRES: consumed <= pulled.
+  void fast_forward(uint64_t consumed, uint64_t pulled);
 
  private:
+  std::optional<IndexBatch> pull();  ///< the sampler's next task
+  std::deque<IndexBatch> pending_;
   std::unique_ptr<Cursor<IndexBatch>> batches_;
   std::unique_ptr<Cursor<int64_t>> indices_;
 };

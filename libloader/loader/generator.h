@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "loader/mt19937.h"
@@ -52,6 +53,22 @@ class Generator {
     std::memcpy(&engine_, in, sizeof(Mt19937));
     std::memcpy(&initial_seed_, in + sizeof(Mt19937), sizeof(uint64_t));
     owed_ = 0;
+  }
+  /// The same state as a string of kStateBytes bytes (DataLoader checkpoints).
+  std::string state() const {
+    std::string out(kStateBytes, '\0');
+    save_state(reinterpret_cast<unsigned char*>(&out[0]));
+    return out;
+  }
+  /// Loads a state() string; false, and nothing changed, when `bytes` is not one (wrong
+  /// size, or an engine index no engine can have).
+  bool set_state(const std::string& bytes) noexcept {
+    if (bytes.size() != kStateBytes) return false;
+    Mt19937 probe;
+    std::memcpy(&probe, bytes.data(), sizeof(Mt19937));
+    if (!probe.valid()) return false;
+    load_state(reinterpret_cast<const unsigned char*>(bytes.data()));
+    return true;
   }
 
   /// Lends the next `k` draws to a consumer that makes them lazily (LazyPermutation):

@@ -51,6 +51,9 @@ class Mt19937 {
     }
   }
 
+ /// False for a state no engine can be in (a corrupt saved state): its index is past the words.
+  bool valid() const noexcept { return next_ <= static_cast<uint32_t>(kN); }
+
  private:
   /// The next 624 words from the current ones (mt19937.cpp).
   void regenerate() noexcept;

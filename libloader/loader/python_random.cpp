@@ -1,6 +1,7 @@
 #include "loader/python_random.h"
 
 #include <cmath>
+#include <cstring>
 #include <unordered_set>
 
 #include "loader/error.h"
@@ -43,6 +44,24 @@ void PythonRandom::init_by_array(const std::vector<uint32_t>& key) {
   }
   mt_[0] = 0x80000000U;  // MSB is 1, assuring a non-zero initial array
   index_ = kN;
+}
+
+std::string PythonRandom::state() const {
+  std::string out(sizeof(mt_) + 4, '\0');
+  std::memcpy(&out[0], mt_.data(), sizeof(mt_));
+  const auto index = static_cast<uint32_t>(index_);
+  std::memcpy(&out[sizeof(mt_)], &index, 4);
+  return out;
+}
+
+bool PythonRandom::set_state(const std::string& bytes) {
+  if (bytes.size() != sizeof(mt_) + 4) return false;
+  uint32_t index = 0;
+  std::memcpy(&index, &bytes[sizeof(mt_)], 4);
+  if (index > static_cast<uint32_t>(kN)) return false;
+  std::memcpy(mt_.data(), bytes.data(), sizeof(mt_));
+  index_ = static_cast<int>(index);
+  return true;
 }
 
 void PythonRandom::seed(uint64_t seed) {

@@ -91,6 +91,11 @@ class PythonRandom {
     return out;
   }
 
+  /// The whole state as bytes (random.getstate()'s content, in this class's own layout),
+  /// and back; set_state returns false, changing nothing, for bytes that are not a state.
+  std::string state() const;
+  bool set_state(const std::string& bytes);
+
  private:
   static constexpr int kN = 624;
   static uint64_t checked_choice_size(size_t n);

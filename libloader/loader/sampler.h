@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -66,6 +67,15 @@ std::unique_ptr<Cursor<T>> make_cursor(F f) {
   return std::make_unique<FunctionCursor<T, F>>(std::move(f));
 }
 
+/// A random-number stream a sampler draws from, other than the default generator
+/// (loader::default_generator()): a DataLoader checkpoint (DataLoader::state_dict)
+/// saves its state when an epoch begins and replays the epoch's draws from it.
+struct RandomStream {
+  const void* identity = nullptr;                 ///< the stream's object (one stream, one entry)
+  std::function<std::string()> save;              ///< its whole state, as bytes
+  std::function<bool(const std::string&)> load;   ///< false: the bytes are not such a state
+};
+
 /// A restartable source of T (PyTorch's `Sampler[T]`).
 template <class T>
 class SamplerOf {
@@ -75,6 +85,11 @@ class SamplerOf {
   virtual std::unique_ptr<Cursor<T>> iter() = 0;
   /// len(sampler), or nullopt when the sampler has no length.
   virtual std::optional<int64_t> size() const { return std::nullopt; }
+  /// The random streams a pass draws from besides the default generator (its own
+  /// generator, a wrapped sampler's).  A sampler whose pass depends on anything else
+  /// that changes between epochs (an std::mt19937 of its own, a clock) cannot be
+  /// resumed exactly from a DataLoader checkpoint: report such a stream here.
+  virtual std::vector<RandomStream> random_streams() const { return {}; }
 };
 
 using IndexBatch = std::vector<int64_t>;

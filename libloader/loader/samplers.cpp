@@ -294,6 +294,18 @@ RandomSampler::RandomSampler(SampleSource source, const RandomSamplerOptions& op
 
 int64_t RandomSampler::num_samples() const { return num_samples_ ? *num_samples_ : source_.size(); }
 
+namespace {
+/// The stream of a sampler's own generator (none when it draws from the default one).
+std::vector<RandomStream> streams_of(const std::shared_ptr<Generator>& g) {
+  if (!g) return {};
+  return {RandomStream{g.get(), [g] { return g->state(); }, [g](const std::string& b) { return g->set_state(b); }}};
+}
+}  // namespace
+
+std::vector<RandomStream> RandomSampler::random_streams() const { return streams_of(generator_); }
+std::vector<RandomStream> SubsetRandomSampler::random_streams() const { return streams_of(generator_); }
+std::vector<RandomStream> WeightedRandomSampler::random_streams() const { return streams_of(generator_); }
+
 std::unique_ptr<Cursor<int64_t>> RandomSampler::iter() {
   return std::make_unique<RandomCursor>(source_, replacement_, num_samples_, generator_);
 }

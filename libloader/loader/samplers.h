@@ -102,6 +102,7 @@ class RandomSampler : public Sampler {
 
   std::unique_ptr<Cursor<int64_t>> iter() override;
   std::optional<int64_t> size() const override { return num_samples(); }
+  std::vector<RandomStream> random_streams() const override;
 
   int64_t num_samples() const;
   bool replacement() const noexcept { return replacement_; }
@@ -121,6 +122,7 @@ class SubsetRandomSampler : public Sampler {
   explicit SubsetRandomSampler(std::vector<int64_t> indices, std::shared_ptr<Generator> generator = nullptr);
   std::unique_ptr<Cursor<int64_t>> iter() override;
   std::optional<int64_t> size() const override;
+  std::vector<RandomStream> random_streams() const override;
   const std::vector<int64_t>& indices() const noexcept { return *indices_; }
 
  private:
@@ -155,6 +157,7 @@ class WeightedRandomSampler : public Sampler {
 
   std::unique_ptr<Cursor<int64_t>> iter() override;
   std::optional<int64_t> size() const override { return num_samples_; }
+  std::vector<RandomStream> random_streams() const override;
   const std::vector<double>& weights() const noexcept { return *weights_; }
   int64_t num_samples() const noexcept { return num_samples_; }
   bool replacement() const noexcept { return replacement_; }
@@ -197,6 +200,7 @@ class BatchSampler : public BatchSamplerBase {
   /// len(): n // batch_size with drop_last, else ceil(n / batch_size); nullopt when the
   /// wrapped sampler has no length.
   std::optional<int64_t> size() const override;
+  std::vector<RandomStream> random_streams() const override { return sampler_->random_streams(); }
 
   const std::shared_ptr<Sampler>& sampler() const noexcept { return sampler_; }
   int64_t batch_size() const noexcept { return batch_size_; }

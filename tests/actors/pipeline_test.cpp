@@ -377,7 +377,7 @@ TEST_F(PipelineScripted, AKeptWorkerThatDiesBeforeItsFirstTaskOfAnEpochIsReplace
   // Worker 1 has started a task of this epoch (its state page says so): its death is a
   // death in the epoch, fatal without restarts, whatever pool it came from.
   ASSERT_TRUE(pipeline_->reinit(fresh));
-  RngStatePage(current(1).state_mapping.data()).write(1000, RngStatePage::Before, Generator(1));
+  RngStatePage(current(1).state_mapping.data(), current(1).state_mapping.size()).write(1000, RngStatePage::Before, Generator(1));
   pipeline_->on_down(1, current(1).gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
   EXPECT_FALSE(sched_.try_run_once()) << "no restart";
   EXPECT_EQ(pipeline_->worker_state(1), WorkerLifecycle::State::Dead);
@@ -398,7 +398,7 @@ TEST_F(PipelineScripted, AKeptPoolWhoseWorkerDiedIdleRefusesTheNextEpochAndSends
     for (const Got& g : take_tasks(w)) answer(w, g);
   for (uint64_t t = 0; t < 4; ++t) EXPECT_EQ(next_now(epoch).kind, Delivery::Kind::Batch);
   pipeline_->end_epoch(epoch);
-  RngStatePage(current(0).state_mapping.data()).write(3, RngStatePage::Before, Generator(1));
+  RngStatePage(current(0).state_mapping.data(), current(0).state_mapping.size()).write(3, RngStatePage::Before, Generator(1));
   pipeline_->on_down(0, current(0).gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});
   EXPECT_FALSE(sched_.try_run_once()) << "no restart";
   EXPECT_EQ(pipeline_->worker_state(0), WorkerLifecycle::State::Dead);

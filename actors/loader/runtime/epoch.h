@@ -2,8 +2,10 @@
 // the single-process path and the actor runtime implement.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "loader/dataloader_options.h"
@@ -20,6 +22,41 @@ class WorkerPool;
 class SlabStore;
 }
 
+/// Where a running epoch stands, for a checkpoint (DataLoader::Iterator::state_dict).
+struct EpochPosition {
+  uint64_t consumed = 0;  ///< tasks delivered to the application (batches and errors)
+  uint64_t sent = 0;      ///< tasks the sampler has given so far
+  /// Per worker: the generator state at the start of its first task not yet delivered
+  /// (or of its next task); none: the state its last Init gave.
+  std::vector<std::optional<std::string>> worker_rng;
+  /// False when the workers' state pages are too short for the tasks in flight (a huge
+  /// prefetch_factor * num_workers): worker_rng cannot be trusted.
+  bool exact = true;
+};
+
+/// Where a resumed epoch's workers start (DataLoader::load_state_dict).
+struct EpochResume {
+  /// Tasks of the epoch the checkpointed iterator had consumed: the round robin goes on
+  /// at worker `consumed % W`, as it would have (task i of the epoch to worker i mod W).
+  uint64_t consumed = 0;
+  /// Per worker: the generator state its first task of the epoch starts from (a SetRng
+  /// before it); none: the state its Init gives.
+  std::vector<std::optional<std::string>> worker_rng;
+};
+
+/// A checkpoint loaded by DataLoader::load_state_dict, applied by the next iter().
+struct ResumePlan {
+  bool finished = false;         ///< taken after its epoch ended: the next epoch starts afresh
+  uint64_t consumed = 0;         ///< tasks the application had consumed
+  uint64_t sampled = 0;          ///< tasks the sampler had given
+  std::vector<std::string> streams_at_start;  ///< random streams as the epoch began
+  std::vector<std::string> streams_now;       ///< ... and when the checkpoint was taken
+  bool base_seed_drawn = false;  ///< the epoch drew its base_seed (else: persistent workers')
+  uint64_t base_seed = 0;
+  bool pool_alive = false;       ///< finished: persistent workers would serve the next epoch
+  std::vector<std::optional<std::string>> worker_rng;
+};
+
 /// One pass over the data.
 class EpochBackend {
  public:
@@ -33,6 +70,8 @@ class EpochBackend {
   /// Fills the stage figures of `out` (tasks, in flight, ready, workers, waits);
   /// the Iterator fills batches and next_s.
   virtual void stats(EpochStats& out) const = 0;
+  /// Where the epoch stands (tasks consumed and given, workers' random states).
+  virtual EpochPosition position() const = 0;
 };
 
 /// State of one DataLoader, shared with its live epoch.
@@ -59,18 +98,30 @@ class LoaderState {
   /// What pin_memory achieved (DataLoader::pin_memory_status()), shared with the
   /// loader's slab store; made by the DataLoader constructor.
   std::shared_ptr<PinTracker> pin_tracker;
+  /// A checkpoint to resume at the next iter() (DataLoader::load_state_dict).
+  std::optional<ResumePlan> resume;
+  /// The loader's latest iterator (a DataLoader::Iterator*, kept by the iterator), and
+  /// where it stood when it went (DataLoader::state_dict; streams_now left empty).
+  const void* latest_iterator = nullptr;
+  std::optional<ResumePlan> latest_plan;
   /// The collate function to use in this process.
   CollateFn collate() const;
   Generator& generator() const;
 };
 
-/// num_workers == 0: fetch in the calling thread.
-std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state);
+/// num_workers == 0: fetch in the calling thread.  `source`: the index stream
+/// (map-style datasets), made by the caller.
+std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state, std::optional<TaskSource> source);
 
 namespace runtime {
-/// num_workers > 0: the actor runtime with worker processes (runtime.cpp).
+/// num_workers > 0: the actor runtime with worker processes (runtime.cpp).  `source`:
+/// the index stream (map-style datasets); `resume`: where a resumed epoch's workers
+/// start.  A pool of persistent workers whose base seed is not `base_seed` is replaced.
 std::unique_ptr<EpochBackend> make_multi_process_epoch(const std::shared_ptr<LoaderState>& state,
-                                                       uint64_t base_seed);
+                                                       uint64_t base_seed, std::optional<TaskSource> source,
+                                                       EpochResume resume);
+/// The base seed of the loader's persistent workers, if they run.
+std::optional<uint64_t> persistent_base_seed(const LoaderState& state);
 /// PyTorch's _check_worker_number_rationality: warns once per loader when num_workers
 /// exceeds the CPUs this process may use (runtime.cpp).
 void check_worker_number(LoaderState& state);

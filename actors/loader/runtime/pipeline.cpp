@@ -56,7 +56,10 @@ uint32_t Pipeline::begin_incarnation_locked(Slot& s) {
 void Pipeline::start_locked_prepare(Slot& s) {
   // First frames of every incarnation: the RNG state page, then the configuration.
   const int w = s.life.id();
-  if (!s.state_page) s.state_page = ShmSegment::create(RngStatePage::kBytes);
+  if (!s.state_page) {
+    s.state_page = ShmSegment::create(RngStatePage::bytes_for(rng_slots()));
+    RngStatePage::format(s.state_page->data(), rng_slots());
+  }
   std::string page;
   put_u64(page, s.state_page->size());
   queue_locked(w, FrameType::StatePage, std::move(page), s.state_page);
@@ -129,11 +132,10 @@ void Pipeline::restart(int worker, uint32_t gen) {
     // The random stream resumes where the first unfinished task began.
     if (!s.life.held().empty()) {
       uint64_t first = s.life.held().begin()->first;
-      RngStatePage page(s.state_page->data());
-      if (auto state = page.state_before(first, s.rng_floor)) {
+      if (auto state = state_before_locked(s, first)) {
         std::string body;
         put_u64(body, first);
-        body.append(reinterpret_cast<const char*>(state->data()), state->size());
+        body.append(*state);
         queue_locked(worker, FrameType::SetRng, std::move(body));
       }
     }
@@ -207,6 +209,40 @@ void Pipeline::announce_locked(int worker, uint64_t slab) {
 
 // ------------------------------------------------------------------ epochs and dispatch
 
+uint64_t Pipeline::rng_slots() const {
+  const uint64_t in_flight = static_cast<uint64_t>(config_.prefetch_factor) * slots_.size();
+  return std::min<uint64_t>(in_flight + 1, 1024);
+}
+
+std::optional<std::string> Pipeline::state_before_locked(const Slot& s, uint64_t task) const {
+  if (s.state_page) {
+    RngStatePage page(s.state_page->data(), s.state_page->size());
+    if (auto state = page.state_before(task, s.rng_floor))
+      return std::string(reinterpret_cast<const char*>(state->data()), state->size());
+  }
+  // A resumed epoch's first task of this worker, not started yet: the checkpoint's state.
+  if (s.resume_sent && s.resume_sent->first == task) return s.resume_sent->second;
+  return std::nullopt;
+}
+
+EpochPosition Pipeline::position(uint64_t epoch) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epoch != epoch_ || !dispatcher_ || !buffer_)
+    throw RuntimeError("DataLoader: the epoch to checkpoint is no longer running");
+  EpochPosition p;
+  p.consumed = buffer_->next_expected() - first_task_;
+  p.sent = dispatcher_->next_task() - first_task_;
+  p.exact = dispatcher_->max_in_flight() + 1 <= rng_slots();
+  for (size_t w = 0; w < slots_.size(); ++w) {
+    const Slot& s = *slots_[w];
+    const uint64_t x = dispatcher_->first_undelivered_of(static_cast<int>(w)).value_or(dispatcher_->next_task());
+    // A state not yet sent (the worker's first task of a resumed epoch is not out yet).
+    if (s.resume_rng) p.worker_rng.push_back(s.resume_rng);
+    else p.worker_rng.push_back(state_before_locked(s, x));
+  }
+  return p;
+}
+
 bool Pipeline::healthy() const {
   std::lock_guard<std::mutex> lock(mu_);
   return healthy_locked();
@@ -232,6 +268,7 @@ bool Pipeline::reinit(std::vector<WorkerConfig> workers) {
       Slot& s = *slots_[w];
       s.rng_floor = dispatcher_ ? std::max(next_task_, dispatcher_->next_task()) : next_task_;
       s.renewed = true;
+      s.resume_rng.reset();  // a fresh generator from the new configuration
       queue_locked(static_cast<int>(w), FrameType::Init, encoded_config(config_.workers[w]));
     }
   }
@@ -239,7 +276,7 @@ bool Pipeline::reinit(std::vector<WorkerConfig> workers) {
   return true;
 }
 
-uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_streams) {
+uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_streams, EpochResume resume) {
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -257,14 +294,22 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     const uint64_t first_task = next_task_;
     first_task_ = first_task;
     source_ = std::move(source);
-    dispatcher_ = std::make_unique<TaskDispatcher>(num_workers(), config_.prefetch_factor, first_task, config_.in_order);
+    dispatcher_ = std::make_unique<TaskDispatcher>(num_workers(), config_.prefetch_factor, first_task, config_.in_order,
+                                                   static_cast<int>(resume.consumed % slots_.size()));
     buffer_ = std::make_unique<ReorderBuffer<Delivery>>(first_task, config_.in_order);
     total_.reset();
     fatal_.reset();
     exhausted_ = false;
     stopped_ = false;
     waits_ = 0;
-    for (auto& s : slots_) s->delivered = s->inline_batches = 0;
+    for (size_t w = 0; w < slots_.size(); ++w) {
+      Slot& s = *slots_[w];
+      s.delivered = s.inline_batches = 0;
+      s.resume_sent.reset();
+      // A resumed epoch sets each worker's state; otherwise a state a worker was never
+      // sent (it got no task of the last epoch) still waits for its first task.
+      if (!resume.worker_rng.empty()) s.resume_rng = w < resume.worker_rng.size() ? std::move(resume.worker_rng[w]) : std::nullopt;
+    }
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
       if (s.life.dead()) {
@@ -337,7 +382,18 @@ int Pipeline::dispatch_one_locked() {
     }
     indices = std::move(*next);
   }
-  slots_[static_cast<size_t>(worker)]->life.hold(task, HeldTask{epoch_, std::move(indices), 0});
+  Slot& s = *slots_[static_cast<size_t>(worker)];
+  s.life.hold(task, HeldTask{epoch_, std::move(indices), 0});
+  if (s.resume_rng) {
+    // A resumed epoch: this worker's random stream goes on from the checkpoint's state
+    // (the worker reads the socket frames queued before a task first).
+    std::string body;
+    put_u64(body, task);
+    body.append(*s.resume_rng);
+    s.resume_sent.emplace(task, std::move(*s.resume_rng));
+    s.resume_rng.reset();
+    queue_locked(worker, FrameType::SetRng, std::move(body));
+  }
   send_task_locked(worker, task);
   return worker;
 }
@@ -495,7 +551,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
     if (!buffer_) return Delivery{};
     if (auto item = buffer_->pop()) {
       Delivery d = std::move(item->second);
-      dispatcher_->on_delivered(d.worker);
+      dispatcher_->on_delivered(d.worker, item->first);
       if (d.worker >= 0 && static_cast<size_t>(d.worker) < slots_.size() && d.kind == Delivery::Kind::Batch)
         ++slots_[static_cast<size_t>(d.worker)]->delivered;
       dispatch_locked();
@@ -717,7 +773,7 @@ void Pipeline::handle_reply_locked(int worker, WorkerReply r, bool& flush_needed
       s.life.release(r.task);
       dispatcher_->on_finished(r.task);
       dispatcher_->deactivate(worker);
-      dispatcher_->on_delivered(worker);  // a skipped task returns its credit
+      dispatcher_->on_delivered(worker, r.task);  // a skipped task returns its credit
       buffer_->skip(r.task);
       if (dispatcher_->active_workers() == 0 && !total_) total_ = dispatcher_->next_task() - first_task_;
       dispatch_locked();
@@ -745,8 +801,8 @@ void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
     // task): replaced for free, as PyTorch's fresh workers would have been.
     bool between_epochs = false;
     if (s.renewed && s.life.current(gen) && s.state_page) {
-      auto before = RngStatePage(s.state_page->data()).read(RngStatePage::Before);
-      between_epochs = !before || before->task < s.rng_floor;
+      auto before = RngStatePage(s.state_page->data(), s.state_page->size()).last_before();
+      between_epochs = !before || *before < s.rng_floor;
     }
     if (how.pid > 0) s.life.set_pid(gen, how.pid);
     WorkerExit exit = how;

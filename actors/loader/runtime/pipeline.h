@@ -59,6 +59,7 @@
 
 #include "loader/epoch_stats.h"
 #include "loader/fetch.h"
+#include "loader/runtime/epoch.h"
 #include "loader/runtime/reorder_buffer.h"
 #include "loader/runtime/worker_rings.h"
 #include "loader/runtime/shm.h"
@@ -81,6 +82,9 @@ struct Delivery {
   std::string error_type;     ///< Error/Fatal
   std::string error_message;  ///< Error/Fatal
 };
+
+using loader::EpochPosition;  // epoch.h
+using loader::EpochResume;
 
 struct PipelineConfig {
   std::vector<WorkerConfig> workers;  ///< one per worker slot
@@ -127,7 +131,12 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   /// A live epoch ends first (PyTorch resets its one persistent iterator).
   /// `source`: the index stream (nullopt for iterable datasets).  `reset_streams`:
   /// persistent workers restart their iterable streams.
-  uint64_t begin_epoch(std::optional<TaskSource> source, bool reset_streams);
+  /// `resume`: where a resumed epoch starts (a checkpoint's position).
+  uint64_t begin_epoch(std::optional<TaskSource> source, bool reset_streams, EpochResume resume = {});
+  /// Where epoch `epoch` stands (DataLoader::Iterator::state_dict).  Application thread;
+  /// reads the workers' state pages while they run.  Throws RuntimeError for an epoch
+  /// that is not the current one.
+  EpochPosition position(uint64_t epoch) const;
   /// The next result of epoch `epoch` in order (End once another epoch began);
   /// waits until `deadline` (nullopt: forever).
   Delivery next(uint64_t epoch, std::optional<std::chrono::steady_clock::time_point> deadline);
@@ -195,6 +204,10 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
     bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
     uint64_t delivered = 0;           ///< its batches next() returned in this epoch
     uint64_t inline_batches = 0;      ///< its tasks of this epoch sent for an inline batch
+    /// A resumed epoch's generator state to send before this worker's first task of it.
+    std::optional<std::string> resume_rng;
+    /// The task that state was sent with (a restart before the task started sends it again).
+    std::optional<std::pair<uint64_t, std::string>> resume_sent;
     /// The pid of a starting or running incarnation, else -1.  REQUIRES: mu_ held.
     int live_pid() const { return link && life.accepting() ? link->pid() : -1; }
   };
@@ -205,6 +218,10 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   void start_locked_prepare(Slot& s);
   /// Writes the frames queued for `s`.  REQUIRES: s.flush_mu held, mu_ not held.
   void write_outbox(Slot& s);
+  /// Before-records per state page: more than the tasks that can be in flight, at most 1024.
+  uint64_t rng_slots() const;
+  /// The state at the start of `worker`'s task `task` (its page, or a resumed epoch's state).
+  std::optional<std::string> state_before_locked(const Slot& s, uint64_t task) const;
   /// Sends tasks while credits, workers and indices allow.
   void dispatch_locked();
   /// Sends one task; returns the worker it went to, or -1 when none could go.

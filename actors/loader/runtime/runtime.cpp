@@ -58,7 +58,7 @@ void check_worker_number(LoaderState& state) {
 // ------------------------------------------------------------------ worker pool
 class WorkerPool final : public ExitTeardown {
  public:
-  WorkerPool(LoaderState& state, uint64_t base_seed) : system_(acquire_system()) {
+  WorkerPool(LoaderState& state, uint64_t base_seed) : base_seed(base_seed), system_(acquire_system()) {
     start(state, base_seed);
     register_at_exit(this);
   }
@@ -161,13 +161,16 @@ class WorkerPool final : public ExitTeardown {
 
   /// Makes the (idle) workers start afresh for an epoch seeded with `base_seed`; false
   /// (nothing changed) when one of them is dead or restarting.
-  bool reinit(const LoaderState& state, uint64_t base_seed) {
-    return pipeline_->reinit(worker_configs(state, base_seed));
+  bool reinit(const LoaderState& state, uint64_t seed) {
+    if (!pipeline_->reinit(worker_configs(state, seed))) return false;
+    base_seed = seed;
+    return true;
   }
 
   Pipeline& pipeline() { return *pipeline_; }
   const std::shared_ptr<Pipeline>& pipeline_ptr() const { return pipeline_; }
   uint64_t epochs = 0;
+  uint64_t base_seed;  ///< worker k is seeded base_seed + k
 
  private:
   std::shared_ptr<caf::actor_system> system_;  // released last (teardown)
@@ -194,8 +197,12 @@ std::string format_seconds(double s) {
 
 class MultiProcessEpoch final : public EpochBackend {
  public:
-  MultiProcessEpoch(const std::shared_ptr<LoaderState>& state, uint64_t base_seed) : state_(state) {
+  MultiProcessEpoch(const std::shared_ptr<LoaderState>& state, uint64_t base_seed, std::optional<TaskSource> source,
+                    EpochResume resume)
+      : state_(state) {
     auto& s = *state;
+    // A resumed epoch whose persistent workers were seeded otherwise gets new ones.
+    if (s.persistent_pool && s.persistent_pool->base_seed != base_seed) s.persistent_pool.reset();
     if (s.options.persistent_workers && s.persistent_pool) {
       pool_ = s.persistent_pool;
     } else if (!s.options.persistent_workers && s.idle_pool && s.idle_pool->reinit(s, base_seed)) {
@@ -209,11 +216,9 @@ class MultiProcessEpoch final : public EpochBackend {
       pool_ = make_worker_pool(s, base_seed);
       if (s.options.persistent_workers) s.persistent_pool = pool_;
     }
-    std::optional<TaskSource> source;
-    if (s.dataset) source.emplace(s.batch_sampler, s.sampler);
     // On persistent workers a live epoch of an older iterator ends here: the
     // pipeline's epoch id moves on, and that iterator's next() returns the end.
-    epoch_ = pool_->pipeline().begin_epoch(std::move(source), pool_->epochs > 0);
+    epoch_ = pool_->pipeline().begin_epoch(std::move(source), pool_->epochs > 0, std::move(resume));
     ++pool_->epochs;
     timeout_ = s.options.timeout;
   }
@@ -227,6 +232,11 @@ class MultiProcessEpoch final : public EpochBackend {
   void stats(EpochStats& out) const override {
     if (finished_) out = ended_;  // the figures as the epoch ended (its pool may serve another)
     else pool_->pipeline().stats(epoch_, out);
+  }
+
+  EpochPosition position() const override {
+    if (finished_) return ended_position_;
+    return pool_->pipeline().position(epoch_);
   }
 
   std::optional<Value> next() override {
@@ -287,6 +297,12 @@ class MultiProcessEpoch final : public EpochBackend {
     if (finished_) return;
     finished_ = true;
     pool_->pipeline().stats(epoch_, ended_);  // before end_epoch: the epoch's figures as it ended
+    // Where it ended, for a checkpoint (the pool may serve another epoch later).
+    try {
+      ended_position_ = pool_->pipeline().position(epoch_);
+    } catch (const Error&) {
+      // another epoch of the pool began meanwhile: this one has no position of its own
+    }
     // Stopped synchronously: no sampler draw happens after the epoch ends.
     pool_->pipeline().end_epoch(epoch_);
     if (!state_->options.persistent_workers) {
@@ -302,13 +318,20 @@ class MultiProcessEpoch final : public EpochBackend {
   uint64_t epoch_ = 0;  ///< this epoch's id in the pipeline
   bool finished_ = false;
   EpochStats ended_;     ///< the stage figures when the epoch ended
+  EpochPosition ended_position_;  ///< where it stood when it ended
 };
 
 }  // namespace
 
 std::unique_ptr<EpochBackend> make_multi_process_epoch(const std::shared_ptr<LoaderState>& state,
-                                                       uint64_t base_seed) {
-  return std::make_unique<MultiProcessEpoch>(state, base_seed);
+                                                       uint64_t base_seed, std::optional<TaskSource> source,
+                                                       EpochResume resume) {
+  return std::make_unique<MultiProcessEpoch>(state, base_seed, std::move(source), std::move(resume));
+}
+
+std::optional<uint64_t> persistent_base_seed(const LoaderState& state) {
+  if (!state.options.persistent_workers || !state.persistent_pool) return std::nullopt;
+  return state.persistent_pool->base_seed;
 }
 
 }  // namespace loader::runtime

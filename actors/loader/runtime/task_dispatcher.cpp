@@ -2,11 +2,13 @@
 
 namespace loader::runtime {
 
-TaskDispatcher::TaskDispatcher(int num_workers, int prefetch_factor, uint64_t first_task, bool in_order)
+TaskDispatcher::TaskDispatcher(int num_workers, int prefetch_factor, uint64_t first_task, bool in_order,
+                               int first_worker)
     : num_workers_(num_workers),
       max_in_flight_(static_cast<uint64_t>(prefetch_factor) * static_cast<uint64_t>(num_workers)),
       next_task_(first_task),
-      in_order_(in_order) {
+      in_order_(in_order),
+      cursor_(num_workers > 0 && first_worker > 0 ? first_worker % num_workers : 0) {
   for (int w = 0; w < num_workers; ++w) active_.insert(w);
 }
 
@@ -23,6 +25,7 @@ std::optional<std::pair<uint64_t, int>> TaskDispatcher::assign() {
     ++sent_;
     ++outstanding_[w];
     unfinished_[task] = w;
+    undelivered_[task] = w;
     return std::make_pair(task, w);
   }
   return std::nullopt;
@@ -33,12 +36,14 @@ void TaskDispatcher::cancel(uint64_t task) {
   if (it == unfinished_.end() || task + 1 != next_task_) return;
   if (outstanding_[it->second] > 0) --outstanding_[it->second];
   unfinished_.erase(it);
+  undelivered_.erase(task);
   --next_task_;
   --sent_;
 }
 
-void TaskDispatcher::on_delivered(int worker) {
+void TaskDispatcher::on_delivered(int worker, uint64_t task) {
   if (delivered_ < sent_) ++delivered_;
+  if (task != UINT64_MAX) undelivered_.erase(task);
   if (worker >= 0 && outstanding_[worker] > 0) --outstanding_[worker];
 }
 
@@ -56,6 +61,12 @@ std::vector<uint64_t> TaskDispatcher::unfinished_tasks_of(int worker) const {
 int TaskDispatcher::worker_of(uint64_t task) const {
   auto it = unfinished_.find(task);
   return it == unfinished_.end() ? -1 : it->second;
+}
+
+std::optional<uint64_t> TaskDispatcher::first_undelivered_of(int worker) const {
+  for (const auto& [task, w] : undelivered_)
+    if (w == worker) return task;
+  return std::nullopt;
 }
 
 }  // namespace loader::runtime

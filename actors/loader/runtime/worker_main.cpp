@@ -86,10 +86,11 @@ int run_worker_loop(int sock, pid_t parent) {
         }
         case FrameType::StatePage: {
           uint64_t size = in.u64();
-          if (f.fd < 0 || size < RngStatePage::kBytes) throw RuntimeError("StatePage frame without a usable page");
+          if (f.fd < 0 || size < RngStatePage::bytes_for(1) || size > RngStatePage::bytes_for(RngStatePage::kMaxBeforeSlots))
+            throw RuntimeError("StatePage frame without a usable page");
           state_mapping = ShmMapping(f.fd, size);
           f.fd = -1;
-          state_page = std::make_unique<RngStatePage>(state_mapping.data());
+          state_page = std::make_unique<RngStatePage>(state_mapping.data(), state_mapping.size());
           break;
         }
         case FrameType::Rings: {

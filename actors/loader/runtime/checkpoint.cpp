@@ -1,0 +1,191 @@
+#include "loader/runtime/checkpoint.h"
+
+#include <algorithm>
+#include <set>
+
+#include "loader/error.h"
+#include "loader/generator.h"
+
+namespace loader {
+
+namespace {
+
+constexpr const char* kFormat = "loader.DataLoader.state_dict/1";
+
+RandomStream stream_of(Generator* g) {
+  return RandomStream{g, [g] { return g->state(); }, [g](const std::string& b) { return g->set_state(b); }};
+}
+
+[[noreturn]] void bad(const std::string& what) {
+  throw ValueError("DataLoader.load_state_dict: " + what);
+}
+
+const Value& field(const Value& state, const std::string& key) {
+  if (!state.contains(key))
+    bad("the checkpoint has no '" + key + "' entry: pass a dict made by DataLoader::state_dict() (or "
+        "Iterator::state_dict()), saved and loaded whole");
+  return state.at(key);
+}
+
+uint64_t count_of(const Value& state, const std::string& key) {
+  const Value& v = field(state, key);
+  if (!v.is_int() || v.to_int() < 0) bad("'" + key + "' must be a non-negative int, got " + v.repr());
+  return static_cast<uint64_t>(v.to_int());
+}
+
+bool flag_of(const Value& state, const std::string& key) {
+  const Value& v = field(state, key);
+  if (!v.is_bool()) bad("'" + key + "' must be a bool, got " + v.repr());
+  return v.to_bool();
+}
+
+std::vector<std::string> bytes_list(const Value& state, const std::string& key) {
+  const Value& v = field(state, key);
+  if (!v.is_list()) bad("'" + key + "' must be a list of bytes, got " + v.repr());
+  std::vector<std::string> out;
+  for (const Value& item : v.items()) {
+    if (!item.is_bytes()) bad("'" + key + "' must be a list of bytes, and holds " + item.repr());
+    out.push_back(item.to_string());
+  }
+  return out;
+}
+
+Value bytes_values(const std::vector<std::string>& items) {
+  std::vector<Value> out;
+  for (const auto& b : items) out.push_back(Value::bytes(b));
+  return Value::list(std::move(out));
+}
+
+}  // namespace
+
+std::vector<RandomStream> loader_streams(const LoaderState& state) {
+  std::vector<RandomStream> out;
+  std::set<const void*> seen;
+  auto add = [&](RandomStream s) {
+    if (s.identity && seen.insert(s.identity).second) out.push_back(std::move(s));
+  };
+  add(stream_of(&default_generator()));
+  if (state.options.generator) add(stream_of(state.options.generator.get()));
+  if (state.batch_sampler)
+    for (auto& s : state.batch_sampler->random_streams()) add(std::move(s));
+  if (state.sampler)
+    for (auto& s : state.sampler->random_streams()) add(std::move(s));
+  return out;
+}
+
+std::vector<std::string> save_streams(const std::vector<RandomStream>& streams) {
+  std::vector<std::string> out;
+  out.reserve(streams.size());
+  for (const auto& s : streams) out.push_back(s.save());
+  return out;
+}
+
+void load_streams(const std::vector<RandomStream>& streams, const std::vector<std::string>& states,
+                  const std::string& what) {
+  if (states.size() != streams.size())
+    bad("the checkpoint saved " + std::to_string(states.size()) + " random streams for " + what + ", this loader has " +
+        std::to_string(streams.size()) +
+        " (the default generator, the loader's generator, its samplers' generators): build the loader with the same "
+        "generator and sampler options as the one checkpointed");
+  // Checked first, loaded after: a bad checkpoint changes no stream.
+  std::vector<std::string> before = save_streams(streams);
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (!streams[i].load(states[i])) {
+      for (size_t j = 0; j < i; ++j) streams[j].load(before[j]);
+      bad("random stream " + std::to_string(i) + " of " + what + " is not a state of this loader's stream " +
+          std::to_string(i) + " (" + std::to_string(states[i].size()) +
+          " bytes): the checkpoint is damaged or comes from a loader with other generators");
+    }
+  }
+}
+
+void check_streams(const std::vector<RandomStream>& streams, const std::vector<std::string>& states,
+                   const std::string& what) {
+  const std::vector<std::string> before = save_streams(streams);
+  load_streams(streams, states, what);
+  for (size_t i = 0; i < streams.size(); ++i) streams[i].load(before[i]);
+}
+
+Value encode_checkpoint(const ResumePlan& p, const DataLoaderOptions& o) {
+  std::vector<Value> workers;
+  for (const auto& w : p.worker_rng) workers.push_back(w ? Value::bytes(*w) : Value());
+  return Value::dict({
+      {"format", Value(kFormat)},
+      {"num_workers", Value(static_cast<int64_t>(o.num_workers))},
+      {"persistent_workers", Value(o.persistent_workers)},
+      {"finished", Value(p.finished)},
+      {"batches_consumed", Value(static_cast<int64_t>(p.consumed))},
+      {"batches_sampled", Value(static_cast<int64_t>(p.sampled))},
+      {"streams_at_start", bytes_values(p.streams_at_start)},
+      {"streams_now", bytes_values(p.streams_now)},
+      {"base_seed_drawn", Value(p.base_seed_drawn)},
+      // As an int64 bit pattern: pt files hold signed ints.
+      {"base_seed", Value(static_cast<int64_t>(p.base_seed))},
+      {"pool_alive", Value(p.pool_alive)},
+      {"worker_rng", Value::list(std::move(workers))},
+  });
+}
+
+ResumePlan decode_checkpoint(const Value& state, const DataLoaderOptions& o, size_t streams) {
+  if (!state.is_dict()) bad("expected the dict DataLoader::state_dict() returned, got " + state.repr().substr(0, 80));
+  const Value& format = field(state, "format");
+  if (!format.is_string() || format.to_string() != kFormat)
+    bad("'format' is " + format.repr() + ", expected '" + kFormat + "': not a checkpoint of this loader's version");
+  const uint64_t workers = count_of(state, "num_workers");
+  if (workers != static_cast<uint64_t>(o.num_workers))
+    bad("the checkpoint is of a loader with num_workers=" + std::to_string(workers) + ", this one has num_workers=" +
+        std::to_string(o.num_workers) +
+        ": each worker's random stream is resumed, so use the same num_workers as the loader checkpointed");
+  if (flag_of(state, "persistent_workers") != o.persistent_workers)
+    bad(std::string("the checkpoint is of a loader with persistent_workers=") +
+        (o.persistent_workers ? "false" : "true") + ", this one has persistent_workers=" +
+        (o.persistent_workers ? "true" : "false") + ": use the same setting as the loader checkpointed");
+  ResumePlan p;
+  p.finished = flag_of(state, "finished");
+  p.consumed = count_of(state, "batches_consumed");
+  p.sampled = count_of(state, "batches_sampled");
+  if (p.sampled < p.consumed)
+    bad("'batches_sampled' (" + std::to_string(p.sampled) + ") is below 'batches_consumed' (" +
+        std::to_string(p.consumed) + "): the checkpoint is damaged");
+  p.streams_at_start = bytes_list(state, "streams_at_start");
+  p.streams_now = bytes_list(state, "streams_now");
+  for (const auto* list : {&p.streams_at_start, &p.streams_now})
+    if (list->size() != streams)
+      bad("the checkpoint saved " + std::to_string(list->size()) + " random streams, this loader has " +
+          std::to_string(streams) +
+          " (the default generator, the loader's generator, its samplers' generators): build the loader with the "
+          "same generator and sampler options as the one checkpointed");
+  p.base_seed_drawn = flag_of(state, "base_seed_drawn");
+  const Value& seed = field(state, "base_seed");
+  if (!seed.is_int()) bad("'base_seed' must be an int, got " + seed.repr());
+  p.base_seed = static_cast<uint64_t>(seed.to_int());
+  p.pool_alive = flag_of(state, "pool_alive");
+  const Value& rng = field(state, "worker_rng");
+  if (!rng.is_list() || rng.size() != workers)
+    bad("'worker_rng' must be a list of " + std::to_string(workers) + " entries (bytes or None), got " +
+        rng.repr().substr(0, 80));
+  for (const Value& w : rng.items()) {
+    if (w.is_none()) {
+      p.worker_rng.emplace_back();
+    } else if (w.is_bytes() && w.to_string().size() == Generator::kStateBytes && Generator().set_state(w.to_string())) {
+      p.worker_rng.emplace_back(w.to_string());
+    } else {
+      bad("an entry of 'worker_rng' is not a worker's generator state (" + w.repr().substr(0, 40) +
+          "): the checkpoint is damaged");
+    }
+  }
+  return p;
+}
+
+void check_resumable(const LoaderState& state, const char* what) {
+  if (state.iterable)
+    throw ValueError(std::string(what) +
+                     ": an IterableDataset's position lives in its own stream, which the loader cannot save; "
+                     "checkpoints are for map-style datasets (save your stream's position yourself)");
+  if (!state.options.in_order)
+    throw ValueError(std::string(what) +
+                     ": with in_order=false the batches delivered so far are not a prefix of the epoch's tasks; "
+                     "use in_order=true (the default) for a loader you checkpoint");
+}
+
+}  // namespace loader

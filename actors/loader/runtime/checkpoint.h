@@ -1,0 +1,46 @@
+// Checkpoints of a DataLoader's epoch (DataLoader::state_dict / load_state_dict): the
+// random streams an epoch draws from, and the checkpoint as a Value (a dict that
+// loader::pt::save writes and torch.load reads) and back.
+//
+// An epoch is resumed by replaying it (docs/architecture.md, "Mid-epoch resume"):
+// the streams are set to where they stood as the epoch began, base_seed is drawn as it
+// was, the sampler gives again the tasks it had given (the consumed ones are dropped,
+// the others go out first), the streams are set to where they stood at the checkpoint,
+// and each worker's first task starts from the generator state the checkpoint saved
+// for it.  Plain functions, called by the application thread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loader/runtime/epoch.h"
+#include "loader/sampler.h"
+#include "loader/value.h"
+
+namespace loader {
+
+/// The random streams a loader's epoch draws from, in a fixed order: the default
+/// generator, the loader's generator (when given), then its samplers' own streams
+/// (batch sampler first), each stream once.
+std::vector<RandomStream> loader_streams(const LoaderState& state);
+std::vector<std::string> save_streams(const std::vector<RandomStream>& streams);
+/// Loads `states` into `streams`; ValueError naming the stream when the count differs
+/// or a state is not one.  `what`: which states ("the epoch's start").
+void load_streams(const std::vector<RandomStream>& streams, const std::vector<std::string>& states,
+                  const std::string& what);
+
+/// As load_streams, then every stream back where it was: only checks `states`.
+void check_streams(const std::vector<RandomStream>& streams, const std::vector<std::string>& states,
+                   const std::string& what);
+
+/// The checkpoint as a Value: a dict of ints, bools, bytes and lists.
+Value encode_checkpoint(const ResumePlan& plan, const DataLoaderOptions& options);
+/// Reads a checkpoint for a loader with `options` and `streams` random streams.
+/// Throws ValueError naming what is wrong and what to do.
+ResumePlan decode_checkpoint(const Value& state, const DataLoaderOptions& options, size_t streams);
+
+/// ValueError unless the loader's epochs can be checkpointed (a map-style dataset,
+/// in_order=true).
+void check_resumable(const LoaderState& state, const char* what);
+
+}  // namespace loader

@@ -1,0 +1,393 @@
+// Mid-epoch checkpoints (DataLoader::state_dict / load_state_dict): a loader resumed
+// from a checkpoint, in a new loader whose generators were scrambled meanwhile, gives
+// the rest of the epoch and the epochs after it byte for byte as the loader that was
+// checkpointed would have, for datasets whose workers draw random numbers, with 0 and
+// more workers, fresh and persistent.  The checkpoint travels through a .pt byte string
+// as a user's would.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loader/dataloader.h"
+#include "loader/error.h"
+#include "loader/runtime/rng_state_page.h"
+#include "loader/runtime/shm.h"
+#include "loader/samplers.h"
+#include "loader/serialization/pt.h"
+#include "process_leaks.h"
+
+using namespace loader;
+using loader::runtime::RngStatePage;
+
+namespace {
+
+// "test_random_draws" (faults_test.cpp): sample i = (float64[4] drawn from the default
+// generator, i); in a worker the generator is the worker's.
+std::shared_ptr<Dataset> random_draws(int64_t n) {
+  return make_dataset({"test_random_draws", Value::dict({{"n", n}})});
+}
+
+struct Config {
+  const char* name;
+  int workers;
+  bool persistent;
+  int prefetch;           // 0: default
+  bool own_generator;     // shuffle with options.generator instead of the default one
+  WorkerMode mode;
+};
+
+std::ostream& operator<<(std::ostream& os, const Config& c) { return os << c.name; }
+
+DataLoaderOptions options_of(const Config& c) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = true;
+  o.num_workers = c.workers;
+  o.persistent_workers = c.persistent;
+  if (c.prefetch) o.prefetch_factor = c.prefetch;
+  if (c.own_generator) o.generator = std::make_shared<Generator>(1234);
+  o.worker_mode = c.mode;
+  o.timeout = 60;
+  return o;
+}
+
+/// A batch as bytes: the drawn values and the indices.
+std::string bytes_of(const Value& batch) {
+  const Tensor& x = batch[0].to_tensor();
+  const Tensor& i = batch[1].to_tensor();
+  return std::string(static_cast<const char*>(x.data_ptr()), x.nbytes()) +
+         std::string(static_cast<const char*>(i.data_ptr()), i.nbytes());
+}
+
+std::vector<std::string> epoch_bytes(DataLoader::Iterator& it) {
+  std::vector<std::string> out;
+  while (auto b = it.next()) out.push_back(bytes_of(*b));
+  return out;
+}
+
+std::vector<std::string> epoch_bytes(DataLoader& dl) {
+  auto it = dl.iter();
+  return epoch_bytes(it);
+}
+
+/// The checkpoint as a user stores it: pt::save, then pt::load.
+Value through_pt(const Value& state) { return pt::load_bytes(pt::save_bytes(state)); }
+
+class Checkpoint : public ::testing::TestWithParam<Config> {};
+
+TEST_P(Checkpoint, AResumedEpochAndTheNextOneAreByteIdenticalToRunningThrough) {
+  const Config c = GetParam();
+  loader::testing::LeakCheck leaks;
+  const int64_t n = 50;  // 13 batches of 4, the last of 2
+  std::vector<std::string> epoch1, epoch2;
+  {
+    manual_seed(7);
+    DataLoader dl(random_draws(n), options_of(c));
+    epoch1 = epoch_bytes(dl);
+    epoch2 = epoch_bytes(dl);
+  }
+  ASSERT_EQ(epoch1.size(), 13u);
+  ASSERT_FALSE(epoch1 == epoch2);
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{6}, size_t{12}}) {
+    SCOPED_TRACE("checkpoint after " + std::to_string(cut) + " batches");
+    Value state;
+    {
+      manual_seed(7);
+      DataLoader dl(random_draws(n), options_of(c));
+      auto it = dl.iter();
+      for (size_t k = 0; k < cut; ++k) ASSERT_TRUE(bytes_of(*it.next()) == epoch1[k]);
+      // Taken while the workers run ahead (tasks in flight, results waiting).
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      state = through_pt(it.state_dict());
+      EXPECT_EQ(state.at("batches_consumed").to_int(), static_cast<int64_t>(cut));
+    }
+    manual_seed(999);  // whatever the default generator holds now, the checkpoint decides
+    DataLoader resumed(random_draws(n), options_of(c));
+    resumed.load_state_dict(state);
+    auto it = resumed.iter();
+    EXPECT_EQ(it.batches_yielded(), static_cast<int64_t>(cut));
+    const std::vector<std::string> rest = epoch_bytes(it);
+    ASSERT_EQ(rest.size(), epoch1.size() - cut);
+    for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == epoch1[cut + k]) << "batch " << cut + k;
+    const std::vector<std::string> next = epoch_bytes(resumed);
+    ASSERT_EQ(next.size(), epoch2.size());
+    for (size_t k = 0; k < next.size(); ++k) EXPECT_TRUE(next[k] == epoch2[k]) << "the next epoch's batch " << k;
+  }
+  EXPECT_EQ(leaks.new_segments(), "");
+  EXPECT_EQ(leaks.new_children(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, Checkpoint,
+    ::testing::Values(Config{"NoWorkers", 0, false, 0, false, WorkerMode::Process},
+                      Config{"TwoWorkers", 2, false, 0, false, WorkerMode::Process},
+                      Config{"TwoPersistentWorkers", 2, true, 0, false, WorkerMode::Process},
+                      Config{"ThreeWorkersPrefetch3OwnGenerator", 3, false, 3, true, WorkerMode::Process},
+                      Config{"TwoPersistentInProcessOwnGenerator", 2, true, 0, true, WorkerMode::InProcess}),
+    [](const ::testing::TestParamInfo<Config>& i) { return std::string(i.param.name); });
+
+TEST(CheckpointLoader, StateDictAfterALoopOrABreakResumesWhereTheLoopStood) {
+  // A range-for hides its iterator: DataLoader::state_dict() is the latest iterator's,
+  // also once the loop is over.
+  DataLoaderOptions o;
+  o.batch_size = 5;
+  o.shuffle = true;
+  o.num_workers = 2;
+  o.persistent_workers = true;
+  o.timeout = 60;
+  std::vector<std::string> e1, e2, e3;
+  {
+    manual_seed(3);
+    DataLoader dl(random_draws(40), o);
+    e1 = epoch_bytes(dl);
+    e2 = epoch_bytes(dl);
+    e3 = epoch_bytes(dl);
+  }
+  Value after_epoch, after_break;
+  {
+    manual_seed(3);
+    DataLoader dl(random_draws(40), o);
+    for (Value& b : dl) (void)b;
+    after_epoch = through_pt(dl.state_dict());
+    EXPECT_TRUE(after_epoch.at("finished").to_bool());
+    size_t k = 0;
+    for (Value& b : dl) {
+      EXPECT_TRUE(bytes_of(b) == e2[k]);
+      if (++k == 3) break;
+    }
+    after_break = through_pt(dl.state_dict());
+    EXPECT_FALSE(after_break.at("finished").to_bool());
+  }
+  {
+    manual_seed(50);
+    DataLoader dl(random_draws(40), o);
+    dl.load_state_dict(after_epoch);
+    EXPECT_TRUE(epoch_bytes(dl) == e2);
+    EXPECT_TRUE(epoch_bytes(dl) == e3);
+  }
+  {
+    manual_seed(51);
+    DataLoader dl(random_draws(40), o);
+    dl.load_state_dict(after_break);
+    auto rest = epoch_bytes(dl);
+    ASSERT_EQ(rest.size(), e2.size() - 3);
+    for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == e2[3 + k]) << "batch " << 3 + k;
+    EXPECT_TRUE(epoch_bytes(dl) == e3);
+  }
+}
+
+TEST(CheckpointLoader, AWorkerKilledInAResumedEpochIsRestartedAndTheBatchesStayTheSame) {
+  // The checkpoint's state for a worker's first task is sent before that task; a worker
+  // killed before or after it ran it starts again from the same state.
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = true;
+  o.num_workers = 2;
+  o.max_worker_restarts = 2;
+  o.timeout = 60;
+  auto ds = [] { return make_dataset({"test_random_draws", Value::dict({{"n", 60}, {"delay_ms", 2}})}); };
+  std::vector<std::string> e1;
+  {
+    manual_seed(21);
+    DataLoader dl(ds(), o);
+    e1 = epoch_bytes(dl);
+  }
+  Value state;
+  {
+    manual_seed(21);
+    DataLoader dl(ds(), o);
+    auto it = dl.iter();
+    for (int k = 0; k < 5; ++k) it.next();
+    state = through_pt(it.state_dict());
+  }
+  for (int victim : {0, 1}) {
+    SCOPED_TRACE("worker " + std::to_string(victim) + " killed");
+    manual_seed(22);
+    DataLoader dl(ds(), o);
+    dl.load_state_dict(state);
+    auto it = dl.iter();
+    const std::vector<int> pids = it.worker_pids();
+    ASSERT_EQ(pids.size(), 2u);
+    ASSERT_GT(pids[static_cast<size_t>(victim)], 0);
+    ASSERT_EQ(kill(pids[static_cast<size_t>(victim)], SIGKILL), 0);  // before or while it runs its first task
+    const std::vector<std::string> rest = epoch_bytes(it);
+    ASSERT_EQ(rest.size(), e1.size() - 5);
+    for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == e1[5 + k]) << "batch " << 5 + k;
+    EXPECT_GE(it.stats().workers.at(static_cast<size_t>(victim)).restarts, 1);
+  }
+}
+
+TEST(CheckpointLoader, BeforeAnyEpochTheCheckpointStartsTheFirstOne) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = true;
+  manual_seed(11);
+  DataLoader dl(random_draws(20), o);
+  const Value state = through_pt(dl.state_dict());
+  const auto first = epoch_bytes(dl);
+  manual_seed(12);
+  DataLoader other(random_draws(20), o);
+  other.load_state_dict(state);
+  EXPECT_TRUE(epoch_bytes(other) == first);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CheckpointLoader, ACheckpointThatDoesNotFitIsRefusedSayingWhatDiffersAndChangesNothing) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = true;
+  o.num_workers = 2;
+  o.timeout = 60;
+  manual_seed(5);
+  DataLoader dl(random_draws(40), o);
+  Value state;
+  {
+    auto it = dl.iter();
+    it.next();
+    state = it.state_dict();
+  }
+  auto damaged = [&](const std::string& key, Value v) {
+    Value s = through_pt(state);
+    s.set(Value(key), std::move(v));
+    return s;
+  };
+  DataLoaderOptions three = o;
+  three.num_workers = 3;
+  DataLoader other_workers(random_draws(40), three);
+  EXPECT_NE(error_of([&] { other_workers.load_state_dict(state); }).find("num_workers=2"), std::string::npos);
+  DataLoaderOptions persistent = o;
+  persistent.persistent_workers = true;
+  DataLoader other_persistence(random_draws(40), persistent);
+  EXPECT_NE(error_of([&] { other_persistence.load_state_dict(state); }).find("persistent_workers"), std::string::npos);
+  DataLoaderOptions with_generator = o;
+  with_generator.generator = std::make_shared<Generator>(1);
+  DataLoader other_generators(random_draws(40), with_generator);
+  EXPECT_NE(error_of([&] { other_generators.load_state_dict(state); }).find("random streams"), std::string::npos);
+
+  DataLoader same(random_draws(40), o);
+  EXPECT_NE(error_of([&] { same.load_state_dict(Value(3)); }).find("expected the dict"), std::string::npos);
+  Value missing = through_pt(state);
+  missing.dict_items().pop_back();
+  EXPECT_NE(error_of([&] { same.load_state_dict(missing); }).find("no 'worker_rng' entry"), std::string::npos);
+  EXPECT_NE(error_of([&] { same.load_state_dict(damaged("worker_rng", Value::list({Value::bytes("x"), Value()}))); })
+                .find("not a worker's generator state"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { same.load_state_dict(damaged("batches_consumed", Value(-1))); }).find("non-negative"),
+            std::string::npos);
+  // A stream state that is not one is refused by load_state_dict: nothing loaded.
+  const std::string before = default_generator().state();
+  EXPECT_NE(error_of([&] { same.load_state_dict(damaged("streams_at_start", Value::list({Value::bytes("short")}))); })
+                .find("random stream 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              same.load_state_dict(
+                  damaged("streams_now", Value::list({Value::bytes(std::string(Generator::kStateBytes, '\xff'))})));
+            }).find("random stream 0 of the checkpoint"),
+            std::string::npos);
+  EXPECT_EQ(default_generator().state(), before);
+  EXPECT_EQ(epoch_bytes(same).size(), 10u) << "a refused checkpoint leaves the loader usable";
+
+  // A loader over fewer samples cannot replay the checkpointed epoch.
+  Value late;
+  {
+    DataLoader dl2(random_draws(40), o);
+    auto it = dl2.iter();
+    for (int k = 0; k < 7; ++k) it.next();
+    late = it.state_dict();
+  }
+  DataLoader smaller(random_draws(12), o);
+  smaller.load_state_dict(late);
+  EXPECT_NE(error_of([&] { smaller.iter(); }).find("gives only 3"), std::string::npos);
+}
+
+TEST(CheckpointLoader, IterableDatasetsAndOutOfOrderLoadersSayTheyCannotBeCheckpointed) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 2;
+  o.in_order = false;
+  o.timeout = 60;
+  DataLoader dl(random_draws(8), o);
+  EXPECT_NE(error_of([&] { dl.state_dict(); }).find("in_order=false"), std::string::npos);
+  auto it = dl.iter();
+  EXPECT_NE(error_of([&] { it.state_dict(); }).find("in_order=true"), std::string::npos);
+}
+
+// ------------------------------------------------------------------ the state page
+TEST(RngStatePageRing, TheStateBeforeATaskComesFromItsRecordOrTheLastOneAfter) {
+  auto seg = loader::runtime::ShmSegment::create(RngStatePage::bytes_for(5));
+  RngStatePage::format(seg->data(), 5);
+  RngStatePage page(seg->data(), seg->size());
+  Generator g(1);
+  EXPECT_FALSE(page.state_before(0)) << "nothing ran: the state Init gave";
+  const std::string s0 = g.state();
+  page.write(0, RngStatePage::Before, g);
+  g.random();
+  page.write(0, RngStatePage::After, g);
+  const std::string s1 = g.state();
+  auto str = [](const std::optional<std::vector<unsigned char>>& v) {
+    return v ? std::string(v->begin(), v->end()) : std::string("none");
+  };
+  EXPECT_EQ(str(page.state_before(0)), s0);
+  EXPECT_EQ(str(page.state_before(3)), s1) << "task 3 not started: the state after task 0";
+  EXPECT_EQ(str(page.state_before(3, /*floor=*/1)), "none") << "task 0 predates the last Init";
+  // Later tasks keep the records of tasks not yet delivered (the ring is longer than
+  // the tasks in flight): task 0's record survives tasks 1 to 4.
+  for (uint64_t t = 1; t <= 4; ++t) {
+    page.write(t, RngStatePage::Before, g);
+    g.random();
+    page.write(t, RngStatePage::After, g);
+  }
+  EXPECT_EQ(str(page.state_before(0)), s0);
+  page.write(5, RngStatePage::Before, g);
+  EXPECT_NE(str(page.state_before(0)), s0) << "task 5 took task 0's slot";
+  EXPECT_EQ(page.last_before(), std::optional<uint64_t>(5));
+  EXPECT_THROW(RngStatePage(seg->data(), RngStatePage::bytes_for(1) - 1), RuntimeError);
+}
+
+TEST(RngStatePageRing, ARecordReadWhileTheWorkerWritesIsNeverTorn) {
+  // The parent reads a running worker's page (a checkpoint): every state it reads is
+  // one the worker wrote whole.
+  auto seg = loader::runtime::ShmSegment::create(RngStatePage::bytes_for(3));
+  RngStatePage::format(seg->data(), 3);
+  RngStatePage page(seg->data(), seg->size());
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (uint64_t t = 0; !stop.load(); ++t) {
+      Generator g(1000 + t % 50);  // every record a state of its own
+      page.write(t, RngStatePage::Before, g);
+      g.random();
+      page.write(t, RngStatePage::After, g);
+    }
+  });
+  int checked = 0;
+  for (int i = 0; i < 20000; ++i) {
+    auto s = page.state_before(UINT64_MAX - 1);  // the state after the latest task
+    if (!s) continue;
+    Generator probe;
+    ASSERT_TRUE(probe.set_state(std::string(s->begin(), s->end())));
+    Generator whole(probe.initial_seed());
+    whole.random();
+    ASSERT_EQ(std::string(s->begin(), s->end()), whole.state()) << "a torn record";
+    ++checked;
+  }
+  stop = true;
+  writer.join();
+  EXPECT_GT(checked, 0);
+}
+
+}  // namespace
