@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "loader/dataloader.h"
+#include "loader/equibatch_sampler.h"
 #include "loader/error.h"
 #include "loader/runtime/rng_state_page.h"
 #include "loader/runtime/shm.h"
@@ -221,6 +222,72 @@ TEST(CheckpointLoader, AWorkerKilledInAResumedEpochIsRestartedAndTheBatchesStayT
     ASSERT_EQ(rest.size(), e1.size() - 5);
     for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == e1[5 + k]) << "batch " << 5 + k;
     EXPECT_GE(it.stats().workers.at(static_cast<size_t>(victim)).restarts, 1);
+  }
+}
+
+/// Epochs 2 and 3 of a loader made by `make`, and the same from a checkpoint taken after
+/// `cut` batches of epoch 2 (the generators scrambled in between, the samplers' streams
+/// moved on by epoch 1).
+void expect_resume_identical(const std::function<std::unique_ptr<DataLoader>()>& make, size_t cut) {
+  std::vector<std::string> e2, e3;
+  {
+    manual_seed(31);
+    auto dl = make();
+    epoch_bytes(*dl);
+    e2 = epoch_bytes(*dl);
+    e3 = epoch_bytes(*dl);
+  }
+  ASSERT_GT(e2.size(), cut);
+  Value state;
+  {
+    manual_seed(31);
+    auto dl = make();
+    epoch_bytes(*dl);
+    auto it = dl->iter();
+    for (size_t k = 0; k < cut; ++k) it.next();
+    state = through_pt(it.state_dict());
+  }
+  manual_seed(32);
+  auto dl = make();
+  dl->load_state_dict(state);
+  const auto rest = epoch_bytes(*dl);
+  ASSERT_EQ(rest.size(), e2.size() - cut);
+  for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == e2[cut + k]) << "batch " << cut + k;
+  EXPECT_TRUE(epoch_bytes(*dl) == e3) << "the next epoch";
+}
+
+TEST(CheckpointLoader, SamplersWithTheirOwnGeneratorsAreResumedToo) {
+  // Each sampler's own random stream (random_streams()) is saved and replayed: a
+  // class-balanced batch sampler's PythonRandom, whose stream runs on across epochs,
+  // and a weighted sampler's Generator, both drawing once per epoch.
+  std::vector<std::vector<int64_t>> labels;
+  for (int64_t i = 0; i < 60; ++i) labels.push_back({i % 3});
+  for (int workers : {0, 2}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers");
+    expect_resume_identical(
+        [&] {
+          DataLoaderOptions o;
+          o.num_workers = workers;
+          o.timeout = 60;
+          EquiBatchSamplerOptions so;
+          so.balanced_coef = 12;
+          so.seed = 5;
+          o.batch_sampler = std::make_shared<EquiBatchSampler>(labels, 4, so);
+          return std::make_unique<DataLoader>(random_draws(60), o);
+        },
+        4);
+    expect_resume_identical(
+        [&] {
+          DataLoaderOptions o;
+          o.num_workers = workers;
+          o.batch_size = 3;
+          o.timeout = 60;
+          std::vector<double> w(60);
+          for (size_t i = 0; i < w.size(); ++i) w[i] = 1.0 + static_cast<double>(i % 7);
+          o.sampler = std::make_shared<WeightedRandomSampler>(w, 30, true, std::make_shared<Generator>(8));
+          return std::make_unique<DataLoader>(random_draws(60), o);
+        },
+        5);
   }
 }
 
