@@ -230,14 +230,14 @@ Value DataLoader::state_dict() const {
     p.streams_at_start = save_streams(loader_streams(s));
   }
   p.streams_now = save_streams(loader_streams(s));
-  return encode_checkpoint(p, s.options);
+  return encode_checkpoint(p, s);
 }
 
 void DataLoader::load_state_dict(const Value& state) {
   auto& s = *state_;
   check_resumable(s, "DataLoader.load_state_dict()");
   const std::vector<RandomStream> streams = loader_streams(s);
-  ResumePlan plan = decode_checkpoint(state, s.options, streams.size());
+  ResumePlan plan = decode_checkpoint(state, s, streams.size());
   check_streams(streams, plan.streams_at_start, "the epoch's start");
   check_streams(streams, plan.streams_now, "the checkpoint");
   s.resume = std::move(plan);
@@ -331,7 +331,7 @@ ResumePlan DataLoader::Iterator::plan() const {
 Value DataLoader::Iterator::state_dict() const {
   ResumePlan p = plan();
   p.streams_now = save_streams(loader_streams(*state_));
-  return encode_checkpoint(p, state_->options);
+  return encode_checkpoint(p, *state_);
 }
 
 std::optional<Value> DataLoader::Iterator::next() {

@@ -369,7 +369,31 @@ TEST(CheckpointLoader, ACheckpointThatDoesNotFitIsRefusedSayingWhatDiffersAndCha
   EXPECT_EQ(default_generator().state(), before);
   EXPECT_EQ(epoch_bytes(same).size(), 10u) << "a refused checkpoint leaves the loader usable";
 
-  // A loader over fewer samples cannot replay the checkpointed epoch.
+  // A loader over another dataset size or batching would replay other batches.
+  DataLoader smaller(random_draws(12), o);
+  EXPECT_NE(error_of([&] { smaller.load_state_dict(state); }).find("a dataset of size 40, this one has 12"),
+            std::string::npos);
+  DataLoaderOptions batch8 = o;
+  batch8.batch_size = 8;
+  DataLoader other_batching(random_draws(40), batch8);
+  EXPECT_NE(error_of([&] { other_batching.load_state_dict(state); }).find("batch_size 4, this one has 8"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { same.load_state_dict(damaged("batches_sampled", Value(11))); }).find("above the 10 batches"),
+            std::string::npos);
+  // A sampler that gives fewer batches than its len() says is caught by the replay.
+  class Short : public Sampler {
+   public:
+    std::unique_ptr<Cursor<int64_t>> iter() override {
+      return make_cursor<int64_t>([i = int64_t{0}]() mutable -> std::optional<int64_t> {
+        if (i >= 8) return std::nullopt;
+        return i++;
+      });
+    }
+    std::optional<int64_t> size() const override { return 40; }
+  };
+  DataLoaderOptions short_sampler = o;
+  short_sampler.shuffle.reset();
+  short_sampler.sampler = std::make_shared<Short>();
   Value late;
   {
     DataLoader dl2(random_draws(40), o);
@@ -377,9 +401,9 @@ TEST(CheckpointLoader, ACheckpointThatDoesNotFitIsRefusedSayingWhatDiffersAndCha
     for (int k = 0; k < 7; ++k) it.next();
     late = it.state_dict();
   }
-  DataLoader smaller(random_draws(12), o);
-  smaller.load_state_dict(late);
-  EXPECT_NE(error_of([&] { smaller.iter(); }).find("gives only 3"), std::string::npos);
+  DataLoader lying(random_draws(40), short_sampler);
+  lying.load_state_dict(late);
+  EXPECT_NE(error_of([&] { lying.iter(); }).find("gives only 2"), std::string::npos);
 }
 
 TEST(CheckpointLoader, IterableDatasetsAndOutOfOrderLoadersSayTheyCannotBeCheckpointed) {

@@ -1,6 +1,7 @@
 #include "loader/runtime/checkpoint.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "loader/error.h"
@@ -48,6 +49,31 @@ std::vector<std::string> bytes_list(const Value& state, const std::string& key) 
     out.push_back(item.to_string());
   }
   return out;
+}
+
+/// What must match between the checkpointed loader and the one resuming it, beyond the
+/// options checked by name: -1 where the loader has no such figure.
+struct Shape {
+  int64_t dataset_size = -1;
+  int64_t batch_size = -1;
+  bool drop_last = false;
+  int64_t batches_per_epoch = -1;
+};
+
+Shape shape_of(const LoaderState& s) {
+  Shape out;
+  if (s.dataset) out.dataset_size = s.dataset->size();
+  if (s.options.batch_size) out.batch_size = *s.options.batch_size;
+  out.drop_last = s.options.drop_last;
+  std::optional<int64_t> n = s.batch_sampler ? s.batch_sampler->size() : s.sampler ? s.sampler->size() : std::nullopt;
+  if (n) out.batches_per_epoch = *n;
+  return out;
+}
+
+int64_t int_of(const Value& state, const std::string& key) {
+  const Value& v = field(state, key);
+  if (!v.is_int()) bad("'" + key + "' must be an int, got " + v.repr());
+  return v.to_int();
 }
 
 Value bytes_values(const std::vector<std::string>& items) {
@@ -106,13 +132,19 @@ void check_streams(const std::vector<RandomStream>& streams, const std::vector<s
   for (size_t i = 0; i < streams.size(); ++i) streams[i].load(before[i]);
 }
 
-Value encode_checkpoint(const ResumePlan& p, const DataLoaderOptions& o) {
+Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
+  const DataLoaderOptions& o = loader.options;
+  const Shape shape = shape_of(loader);
   std::vector<Value> workers;
   for (const auto& w : p.worker_rng) workers.push_back(w ? Value::bytes(*w) : Value());
   return Value::dict({
       {"format", Value(kFormat)},
       {"num_workers", Value(static_cast<int64_t>(o.num_workers))},
       {"persistent_workers", Value(o.persistent_workers)},
+      {"dataset_size", Value(shape.dataset_size)},
+      {"batch_size", Value(shape.batch_size)},
+      {"drop_last", Value(shape.drop_last)},
+      {"batches_per_epoch", Value(shape.batches_per_epoch)},
       {"finished", Value(p.finished)},
       {"batches_consumed", Value(static_cast<int64_t>(p.consumed))},
       {"batches_sampled", Value(static_cast<int64_t>(p.sampled))},
@@ -126,7 +158,8 @@ Value encode_checkpoint(const ResumePlan& p, const DataLoaderOptions& o) {
   });
 }
 
-ResumePlan decode_checkpoint(const Value& state, const DataLoaderOptions& o, size_t streams) {
+ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams) {
+  const DataLoaderOptions& o = loader.options;
   if (!state.is_dict()) bad("expected the dict DataLoader::state_dict() returned, got " + state.repr().substr(0, 80));
   const Value& format = field(state, "format");
   if (!format.is_string() || format.to_string() != kFormat)
@@ -140,6 +173,19 @@ ResumePlan decode_checkpoint(const Value& state, const DataLoaderOptions& o, siz
     bad(std::string("the checkpoint is of a loader with persistent_workers=") +
         (o.persistent_workers ? "false" : "true") + ", this one has persistent_workers=" +
         (o.persistent_workers ? "true" : "false") + ": use the same setting as the loader checkpointed");
+  const Shape shape = shape_of(loader);
+  auto same = [&](const std::string& key, int64_t mine, const std::string& what) {
+    const int64_t theirs = int_of(state, key);
+    if (theirs != mine)
+      bad("the checkpoint is of a loader with " + what + " " + std::to_string(theirs) + ", this one has " +
+          std::to_string(mine) + " (-1: none): resume with a loader over the same dataset, sampler and batching");
+  };
+  same("dataset_size", shape.dataset_size, "a dataset of size");
+  same("batch_size", shape.batch_size, "batch_size");
+  if (flag_of(state, "drop_last") != shape.drop_last)
+    bad(std::string("the checkpoint is of a loader with drop_last=") + (shape.drop_last ? "false" : "true") +
+        ": resume with the same drop_last");
+  same("batches_per_epoch", shape.batches_per_epoch, "batches per epoch (len(loader))");
   ResumePlan p;
   p.finished = flag_of(state, "finished");
   p.consumed = count_of(state, "batches_consumed");
@@ -147,6 +193,9 @@ ResumePlan decode_checkpoint(const Value& state, const DataLoaderOptions& o, siz
   if (p.sampled < p.consumed)
     bad("'batches_sampled' (" + std::to_string(p.sampled) + ") is below 'batches_consumed' (" +
         std::to_string(p.consumed) + "): the checkpoint is damaged");
+  if (shape.batches_per_epoch >= 0 && p.sampled > static_cast<uint64_t>(shape.batches_per_epoch))
+    bad("'batches_sampled' (" + std::to_string(p.sampled) + ") is above the " +
+        std::to_string(shape.batches_per_epoch) + " batches of an epoch: the checkpoint is damaged");
   p.streams_at_start = bytes_list(state, "streams_at_start");
   p.streams_now = bytes_list(state, "streams_now");
   for (const auto* list : {&p.streams_at_start, &p.streams_now})

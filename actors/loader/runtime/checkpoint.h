@@ -33,11 +33,13 @@ void load_streams(const std::vector<RandomStream>& streams, const std::vector<st
 void check_streams(const std::vector<RandomStream>& streams, const std::vector<std::string>& states,
                    const std::string& what);
 
-/// The checkpoint as a Value: a dict of ints, bools, bytes and lists.
-Value encode_checkpoint(const ResumePlan& plan, const DataLoaderOptions& options);
-/// Reads a checkpoint for a loader with `options` and `streams` random streams.
-/// Throws ValueError naming what is wrong and what to do.
-ResumePlan decode_checkpoint(const Value& state, const DataLoaderOptions& options, size_t streams);
+/// The checkpoint as a Value: a dict of ints, bools, bytes and lists, with the shape of
+/// the loader it is for (num_workers, persistent_workers, dataset size, batching).
+Value encode_checkpoint(const ResumePlan& plan, const LoaderState& loader);
+/// Reads a checkpoint for `loader`, which has `streams` random streams.  Throws
+/// ValueError naming what is wrong (or what differs from the checkpointed loader) and
+/// what to do.
+ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams);
 
 /// ValueError unless the loader's epochs can be checkpointed (a map-style dataset,
 /// in_order=true).
