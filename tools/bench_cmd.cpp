@@ -32,6 +32,7 @@
 #include "command.h"
 #include "loader/dataloader.h"
 #include "loader/error.h"
+#include "loader/serialization/pt.h"
 #include "proc_tree.h"
 
 namespace loader::tool {
@@ -198,7 +199,7 @@ struct BenchOptions {
   int64_t workers = 0;
   std::optional<int64_t> epochs, n, batch_size, prefetch_factor;  // defaults by workload and --quick
   bool persistent = false, pin_memory = false, in_order = false, no_in_order = false;
-  bool quick = false, verify = false;
+  bool quick = false, verify = false, checkpoint = false;
   int64_t max_worker_restarts = 0;
   double timeout = 0;
   bool memcpy = false;
@@ -225,6 +226,68 @@ int run_memcpy(const BenchOptions& o) {
                 << std::setprecision(2) << bps / 1e9 << " GB/s\n";
     }
   return 0;
+}
+
+// ------------------------------------------------------------------ checkpoints
+/// --checkpoint: what a mid-epoch checkpoint costs.  One epoch is stopped halfway:
+/// Iterator::state_dict() is timed, the dict written with pt::save_bytes; the rest of
+/// the epoch is checksummed.  A new loader then loads the checkpoint and resumes:
+/// load_state_dict + iter() + the first batch are timed (the replay of the sampler and,
+/// without persistent workers' pool, the workers' start), and the rest of the epoch must
+/// have the same checksum.
+int run_checkpoint(const std::shared_ptr<Dataset>& ds, const DataLoaderOptions& opts, const std::string& tag) {
+  if (!ds) throw UsageError("--checkpoint: map-style workloads only (W1, W2, W3)");
+  int64_t half = 0;
+  std::string bytes;
+  double state_s = 0, save_s = 0;
+  uint64_t rest_sum = 0;
+  {
+    DataLoader dl(ds, opts);
+    half = dl.size() / 2;
+    DataLoader::Iterator it = dl.iter();
+    for (int64_t k = 0; k < half; ++k) it.next();
+    auto t0 = Clock::now();
+    Value state = it.state_dict();
+    state_s = seconds_since(t0);
+    t0 = Clock::now();
+    bytes = pt::save_bytes(state);
+    save_s = seconds_since(t0);
+    for (int64_t k = half; std::optional<Value> b = it.next(); ++k) rest_sum += static_cast<uint64_t>(k) * batch_byte_sum(*b);
+  }
+  uint64_t resumed_sum = 0;
+  double load_s = 0, first_s = 0, rest_s = 0;
+  {
+    DataLoader dl(ds, opts);
+    auto t0 = Clock::now();
+    dl.load_state_dict(pt::load_bytes(bytes));
+    load_s = seconds_since(t0);
+    t0 = Clock::now();
+    DataLoader::Iterator it = dl.iter();
+    int64_t k = half;
+    for (std::optional<Value> b = it.next(); b; b = it.next(), ++k) {
+      if (k == half) first_s = seconds_since(t0);
+      resumed_sum += static_cast<uint64_t>(k) * batch_byte_sum(*b);
+    }
+    rest_s = seconds_since(t0);
+  }
+  Json j;
+  j["checkpoint"] = tag;
+  j["batches_before"] = half;
+  j["state_dict_s"] = state_s;
+  j["save_bytes_s"] = save_s;
+  j["state_bytes"] = static_cast<int64_t>(bytes.size());
+  j["load_state_dict_s"] = load_s;
+  j["resume_first_batch_s"] = first_s;
+  j["resume_rest_s"] = rest_s;
+  j["checksum_rest"] = rest_sum;
+  j["checksum_resumed"] = resumed_sum;
+  j["ok"] = rest_sum == resumed_sum;
+  std::cout << j.dump() << std::endl;
+  std::cerr << "[loader bench] " << tag << " checkpoint after " << half << " batches: state_dict " << std::fixed
+            << std::setprecision(3) << state_s * 1e3 << " ms, " << bytes.size() << " bytes; resumed, first batch "
+            << first_s * 1e3 << " ms; " << (rest_sum == resumed_sum ? "same bytes" : "CHECK FAILED: other bytes")
+            << "\n";
+  return rest_sum == resumed_sum ? 0 : 1;
 }
 
 // ------------------------------------------------------------------ workloads
@@ -415,6 +478,7 @@ int run_bench(const BenchOptions& o) {
     }
   }
   dl.reset();
+  if (o.checkpoint && status == 0) status = run_checkpoint(map_ds, opts, tag);
   mem.stop();
   return status;
 }
@@ -439,6 +503,9 @@ void add_bench_command(CLI::App& app) {
   in_order->excludes(no_in_order);
   cmd->add_flag("--quick", o->quick, "a small N and 2 epochs");
   cmd->add_flag("--verify", o->verify, "also checksum every byte of every batch (timings not comparable)");
+  cmd->add_flag("--checkpoint", o->checkpoint,
+                "then time a mid-epoch checkpoint (state_dict) and its resume in a new loader, checking that the "
+                "resumed batches are the same bytes (map-style workloads)");
   cmd->add_option("--max-worker-restarts", o->max_worker_restarts, "max_worker_restarts (default 0)")->check(kInt64);
   cmd->add_option("--timeout", o->timeout, "timeout in seconds (default 0: none)");
   auto* memcpy = cmd->add_flag("--memcpy", o->memcpy, "measure this machine's copy bandwidth instead");
