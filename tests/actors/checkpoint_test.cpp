@@ -291,6 +291,40 @@ TEST(CheckpointLoader, SamplersWithTheirOwnGeneratorsAreResumedToo) {
   }
 }
 
+TEST(CheckpointLoader, ALoaderGoesBackToItsOwnEarlierCheckpointWhileItsPersistentWorkersRun) {
+  // The same loader, its persistent workers' streams moved on by later epochs, resumes a
+  // checkpoint of its first epoch: each worker's first task starts from the saved state
+  // (or, for a worker that had not started, new workers as Init leaves them).
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = true;
+  o.num_workers = 2;
+  o.persistent_workers = true;
+  o.timeout = 60;
+  for (size_t cut : {size_t{0}, size_t{5}}) {
+    SCOPED_TRACE("checkpoint after " + std::to_string(cut) + " batches");
+    manual_seed(41);
+    DataLoader dl(random_draws(40), o);
+    Value state;
+    std::vector<std::string> e1, e2;
+    {
+      auto it = dl.iter();
+      if (cut == 0) state = through_pt(it.state_dict());  // maybe before a worker ran anything
+      while (auto b = it.next()) {
+        e1.push_back(bytes_of(*b));
+        if (e1.size() == cut) state = through_pt(it.state_dict());
+      }
+    }
+    e2 = epoch_bytes(dl);
+    epoch_bytes(dl);  // the workers' streams move on
+    dl.load_state_dict(state);
+    const auto rest = epoch_bytes(dl);
+    ASSERT_EQ(rest.size(), e1.size() - cut);
+    for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == e1[cut + k]) << "batch " << cut + k;
+    EXPECT_TRUE(epoch_bytes(dl) == e2) << "the next epoch";
+  }
+}
+
 TEST(CheckpointLoader, BeforeAnyEpochTheCheckpointStartsTheFirstOne) {
   DataLoaderOptions o;
   o.batch_size = 4;

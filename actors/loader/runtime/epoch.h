@@ -42,6 +42,13 @@ struct EpochResume {
   /// Per worker: the generator state its first task of the epoch starts from (a SetRng
   /// before it); none: the state its Init gives.
   std::vector<std::optional<std::string>> worker_rng;
+  /// Some worker must start from the state its Init gives: running persistent workers
+  /// (whose streams moved on) are replaced.
+  bool fresh_workers() const {
+    for (const auto& w : worker_rng)
+      if (!w) return true;
+    return false;
+  }
 };
 
 /// A checkpoint loaded by DataLoader::load_state_dict, applied by the next iter().

@@ -215,13 +215,14 @@ uint64_t Pipeline::rng_slots() const {
 }
 
 std::optional<std::string> Pipeline::state_before_locked(const Slot& s, uint64_t task) const {
+  // A resumed epoch's first task of this worker: the checkpoint's state (the page may
+  // not have it yet, or hold an older stream of a persistent worker).
+  if (s.resume_sent && s.resume_sent->first == task) return s.resume_sent->second;
   if (s.state_page) {
     RngStatePage page(s.state_page->data(), s.state_page->size());
     if (auto state = page.state_before(task, s.rng_floor))
       return std::string(reinterpret_cast<const char*>(state->data()), state->size());
   }
-  // A resumed epoch's first task of this worker, not started yet: the checkpoint's state.
-  if (s.resume_sent && s.resume_sent->first == task) return s.resume_sent->second;
   return std::nullopt;
 }
 

@@ -201,8 +201,10 @@ class MultiProcessEpoch final : public EpochBackend {
                     EpochResume resume)
       : state_(state) {
     auto& s = *state;
-    // A resumed epoch whose persistent workers were seeded otherwise gets new ones.
-    if (s.persistent_pool && s.persistent_pool->base_seed != base_seed) s.persistent_pool.reset();
+    // A resumed epoch whose persistent workers were seeded otherwise, or that needs a
+    // worker as its Init leaves it, gets new ones.
+    if (s.persistent_pool && (s.persistent_pool->base_seed != base_seed || resume.fresh_workers()))
+      s.persistent_pool.reset();
     if (s.options.persistent_workers && s.persistent_pool) {
       pool_ = s.persistent_pool;
     } else if (!s.options.persistent_workers && s.idle_pool && s.idle_pool->reinit(s, base_seed)) {
