@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loader/dataloader.h"
+#include "loader/serialization/pt.h"
 #include "loader/worker_main.h"
 #include "shared.h"
 
@@ -80,6 +81,25 @@ int run() {
     std::printf("consumer_app: epoch %d: %lld batches, %lld samples each seen once, from %zu worker processes\n",
                 epoch, static_cast<long long>(batches), static_cast<long long>(n), pids.size());
   }
+  // A mid-epoch checkpoint through a .pt byte string resumes the same batches in a new loader.
+  std::vector<std::vector<int64_t>> rest;
+  std::string saved;
+  {
+    auto it = dl.iter();
+    for (int k = 0; k < 5; ++k) it.next();
+    saved = loader::pt::save_bytes(it.state_dict());
+    while (auto b = it.next()) rest.push_back(b->at("batch")[0].to_tensor().to_int64_vector());
+  }
+  loader::DataLoader resumed(ds, o);
+  resumed.load_state_dict(loader::pt::load_bytes(saved));
+  size_t k = 0;
+  for (loader::Value& batch : resumed) {
+    if (k >= rest.size() || batch.at("batch")[0].to_tensor().to_int64_vector() != rest[k])
+      fail("the resumed epoch's batch " + std::to_string(5 + k) + " differs");
+    ++k;
+  }
+  if (k != rest.size()) fail("the resumed epoch gave " + std::to_string(k) + " batches, not " + std::to_string(rest.size()));
+  std::printf("consumer_app: checkpoint after 5 batches resumed %zu batches identically\n", k);
   return problems == 0 ? 0 : 1;
 }
 
