@@ -166,6 +166,23 @@ DataLoader::Iterator DataLoader::iter() {
   std::optional<ResumePlan> plan = std::move(s.resume);
   s.resume.reset();
   const std::vector<RandomStream> streams = loader_streams(s);
+  if (plan) {
+    // A resume that fails (a sampler that cannot replay the epoch) leaves the streams
+    // as they were: the plan is dropped and the next iter() starts a plain epoch.
+    const std::vector<std::string> before = save_streams(streams);
+    try {
+      return iter_from(plan, streams);
+    } catch (...) {
+      for (size_t i = 0; i < streams.size(); ++i) streams[i].load(before[i]);
+      throw;
+    }
+  }
+  return iter_from(plan, streams);
+}
+
+DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan,
+                                           const std::vector<RandomStream>& streams) {
+  auto& s = *state_;
   // A resumed epoch replays its draws from where the streams stood as it began; after a
   // finished epoch, the next one starts from where they stood at the checkpoint.
   if (plan) load_streams(streams, plan->finished ? plan->streams_now : plan->streams_at_start,

@@ -179,6 +179,8 @@ class DataLoader {
   PinStatus pin_memory_status() const;
 
  private:
+  /// iter(), resuming `plan` when there is one, with the loader's random streams.
+  Iterator iter_from(const std::optional<ResumePlan>& plan, const std::vector<RandomStream>& streams);
   std::shared_ptr<LoaderState> state_;
 };
 

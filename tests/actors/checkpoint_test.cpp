@@ -437,7 +437,10 @@ TEST(CheckpointLoader, ACheckpointThatDoesNotFitIsRefusedSayingWhatDiffersAndCha
   }
   DataLoader lying(random_draws(40), short_sampler);
   lying.load_state_dict(late);
+  const std::string generator_before = default_generator().state();
   EXPECT_NE(error_of([&] { lying.iter(); }).find("gives only 2"), std::string::npos);
+  EXPECT_EQ(default_generator().state(), generator_before) << "a failed resume draws nothing";
+  EXPECT_EQ(epoch_bytes(lying).size(), 2u) << "the plan is dropped: a plain epoch follows";
 }
 
 TEST(CheckpointLoader, IterableDatasetsAndOutOfOrderLoadersSayTheyCannotBeCheckpointed) {
