@@ -194,19 +194,24 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
   // workers draw it once, when they are created.
   const std::optional<uint64_t> persistent_seed =
       s.options.num_workers > 0 ? runtime::persistent_base_seed(s) : std::nullopt;
+  // A resumed epoch draws what the checkpointed one drew, so that the sampler's draws
+  // that follow are the same; a finished one's next epoch draws as that loader would have.
   bool draw = !persistent_seed;
-  if (plan && s.options.num_workers > 0) draw = plan->finished ? !plan->pool_alive : plan->base_seed_drawn;
+  if (plan && !plan->finished) draw = plan->base_seed_drawn;
+  else if (plan && plan->same_workers && s.options.num_workers > 0) draw = !plan->pool_alive;
   uint64_t base_seed = 0;
   if (draw) {
     base_seed = static_cast<uint64_t>(s.generator().random_int64());
-    if (plan && !plan->finished && s.options.num_workers > 0 && base_seed != plan->base_seed)
+    if (plan && !plan->finished && plan->same_workers && s.options.num_workers > 0 && base_seed != plan->base_seed)
       throw ValueError(
           "DataLoader.load_state_dict: replaying the checkpointed epoch drew base_seed " + std::to_string(base_seed) +
           " where the epoch had drawn " + std::to_string(plan->base_seed) +
           ": this loader draws from other generators than the one checkpointed (build it with the same generator and "
           "sampler options)");
   } else {
-    base_seed = plan ? plan->base_seed : *persistent_seed;
+    base_seed = plan && (!plan->finished || plan->same_workers) ? plan->base_seed
+                : persistent_seed                               ? *persistent_seed
+                                                                : 0;
   }
   start.base_seed = base_seed;
   start.base_seed_drawn = draw;
@@ -250,11 +255,11 @@ Value DataLoader::state_dict() const {
   return encode_checkpoint(p, s);
 }
 
-void DataLoader::load_state_dict(const Value& state) {
+void DataLoader::load_state_dict(const Value& state, bool strict) {
   auto& s = *state_;
   check_resumable(s, "DataLoader.load_state_dict()");
   const std::vector<RandomStream> streams = loader_streams(s);
-  ResumePlan plan = decode_checkpoint(state, s, streams.size());
+  ResumePlan plan = decode_checkpoint(state, s, streams.size(), strict);
   check_streams(streams, plan.streams_at_start, "the epoch's start");
   check_streams(streams, plan.streams_now, "the checkpoint");
   s.resume = std::move(plan);

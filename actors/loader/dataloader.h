@@ -168,7 +168,13 @@ class DataLoader {
   /// stood when the checkpoint was taken.  A DistributedSampler's set_epoch() is yours
   /// to call again, as before the original epoch.  Throws ValueError, changing nothing,
   /// for a checkpoint that does not fit this loader (saying what differs).
-  void load_state_dict(const Value& state);
+  /// `strict` = false also takes a checkpoint of a loader with another num_workers or
+  /// persistent_workers (autoscaling the workers): the rest of the epoch has the same
+  /// batches of indices, but the workers start as their Init leaves them, so what a
+  /// dataset draws at random in them differs; later epochs follow this loader's own
+  /// draws (persistent workers draw no base_seed after their first epoch; with 0
+  /// workers the dataset's draws come from the default generator).
+  void load_state_dict(const Value& state, bool strict = true);
 
   /// What pin_memory achieved so far (it stays valid after the epoch ends):
   /// backend "cuda" (batches are CUDA page-locked: with workers the shared-memory

@@ -60,6 +60,15 @@ DataLoaderOptions options_of(const Config& c) {
   return o;
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 /// A batch as bytes: the drawn values and the indices.
 std::string bytes_of(const Value& batch) {
   const Tensor& x = batch[0].to_tensor();
@@ -326,6 +335,55 @@ TEST(CheckpointLoader, ALoaderGoesBackToItsOwnEarlierCheckpointWhileItsPersisten
   }
 }
 
+/// The indices of a batch of "test_random_draws".
+std::vector<int64_t> indices_of(const Value& batch) { return batch[1].to_tensor().to_int64_vector(); }
+
+TEST(CheckpointLoader, NotStrictAnotherNumberOfWorkersResumesTheSameBatchesOfIndices) {
+  // Autoscaling: a checkpoint of 2 workers resumed with 3, with none, and with
+  // persistent workers gives the rest of the epoch with the same indices (what workers
+  // draw at random differs: their streams start afresh).
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = true;
+  o.num_workers = 2;
+  o.timeout = 60;
+  std::vector<std::vector<int64_t>> e1, e2;
+  Value state;
+  {
+    manual_seed(61);
+    DataLoader dl(random_draws(44), o);
+    auto it = dl.iter();
+    while (auto b = it.next()) {
+      e1.push_back(indices_of(*b));
+      if (e1.size() == 4) state = through_pt(it.state_dict());
+    }
+    for (Value& b : dl) e2.push_back(indices_of(b));
+  }
+  for (int workers : {3, 0, 2}) {
+    for (bool persistent : {false, true}) {
+      if (workers == 0 && persistent) continue;
+      SCOPED_TRACE(std::to_string(workers) + " workers, persistent " + std::to_string(persistent));
+      DataLoaderOptions other = o;
+      other.num_workers = workers;
+      other.persistent_workers = persistent;
+      manual_seed(62);
+      DataLoader dl(random_draws(44), other);
+      if (workers != 2 || persistent) {
+        EXPECT_NE(error_of([&] { dl.load_state_dict(state); }), "") << "strict by default";
+      }
+      dl.load_state_dict(state, /*strict=*/false);
+      std::vector<std::vector<int64_t>> rest, next;
+      for (Value& b : dl) rest.push_back(indices_of(b));
+      for (Value& b : dl) next.push_back(indices_of(b));
+      EXPECT_TRUE(rest == std::vector<std::vector<int64_t>>(e1.begin() + 4, e1.end()));
+      // Later epochs follow the new loader's own draws: persistent workers draw no
+      // base_seed after their first epoch, and with 0 workers this dataset draws from
+      // the main process's default generator, which the sampler draws its seed from.
+      if (workers > 0 && !persistent) EXPECT_TRUE(next == e2) << "the next epoch";
+    }
+  }
+}
+
 TEST(CheckpointLoader, BeforeAnyEpochTheCheckpointStartsTheFirstOne) {
   DataLoaderOptions o;
   o.batch_size = 4;
@@ -340,14 +398,6 @@ TEST(CheckpointLoader, BeforeAnyEpochTheCheckpointStartsTheFirstOne) {
   EXPECT_TRUE(epoch_bytes(other) == first);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ValueError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(CheckpointLoader, ACheckpointThatDoesNotFitIsRefusedSayingWhatDiffersAndChangesNothing) {
   DataLoaderOptions o;

@@ -158,21 +158,25 @@ Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
   });
 }
 
-ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams) {
+ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams, bool strict) {
   const DataLoaderOptions& o = loader.options;
   if (!state.is_dict()) bad("expected the dict DataLoader::state_dict() returned, got " + state.repr().substr(0, 80));
   const Value& format = field(state, "format");
   if (!format.is_string() || format.to_string() != kFormat)
     bad("'format' is " + format.repr() + ", expected '" + kFormat + "': not a checkpoint of this loader's version");
   const uint64_t workers = count_of(state, "num_workers");
-  if (workers != static_cast<uint64_t>(o.num_workers))
+  const bool persistent = flag_of(state, "persistent_workers");
+  const bool same_workers = workers == static_cast<uint64_t>(o.num_workers) && persistent == o.persistent_workers;
+  if (strict && workers != static_cast<uint64_t>(o.num_workers))
     bad("the checkpoint is of a loader with num_workers=" + std::to_string(workers) + ", this one has num_workers=" +
         std::to_string(o.num_workers) +
-        ": each worker's random stream is resumed, so use the same num_workers as the loader checkpointed");
-  if (flag_of(state, "persistent_workers") != o.persistent_workers)
+        ": each worker's random stream is resumed, so use the same num_workers as the loader checkpointed (or "
+        "load_state_dict(state, /*strict=*/false): the same batches of indices, other random draws in the workers)");
+  if (strict && persistent != o.persistent_workers)
     bad(std::string("the checkpoint is of a loader with persistent_workers=") +
         (o.persistent_workers ? "false" : "true") + ", this one has persistent_workers=" +
-        (o.persistent_workers ? "true" : "false") + ": use the same setting as the loader checkpointed");
+        (o.persistent_workers ? "true" : "false") +
+        ": use the same setting as the loader checkpointed (or load_state_dict(state, /*strict=*/false))");
   const Shape shape = shape_of(loader);
   auto same = [&](const std::string& key, int64_t mine, const std::string& what) {
     const int64_t theirs = int_of(state, key);
@@ -187,6 +191,7 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
         ": resume with the same drop_last");
   same("batches_per_epoch", shape.batches_per_epoch, "batches per epoch (len(loader))");
   ResumePlan p;
+  p.same_workers = same_workers;
   p.finished = flag_of(state, "finished");
   p.consumed = count_of(state, "batches_consumed");
   p.sampled = count_of(state, "batches_sampled");
@@ -223,6 +228,8 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
           "): the checkpoint is damaged");
     }
   }
+  // Other workers than the checkpointed ones: they start as their Init leaves them.
+  if (!same_workers) p.worker_rng.clear();
   return p;
 }
 

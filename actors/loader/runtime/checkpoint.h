@@ -38,8 +38,9 @@ void check_streams(const std::vector<RandomStream>& streams, const std::vector<s
 Value encode_checkpoint(const ResumePlan& plan, const LoaderState& loader);
 /// Reads a checkpoint for `loader`, which has `streams` random streams.  Throws
 /// ValueError naming what is wrong (or what differs from the checkpointed loader) and
-/// what to do.
-ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams);
+/// what to do.  `strict` = false accepts another num_workers / persistent_workers
+/// (ResumePlan::same_workers false: the workers' random streams are not resumed).
+ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams, bool strict);
 
 /// ValueError unless the loader's epochs can be checkpointed (a map-style dataset,
 /// in_order=true).

@@ -62,6 +62,10 @@ struct ResumePlan {
   uint64_t base_seed = 0;
   bool pool_alive = false;       ///< finished: persistent workers would serve the next epoch
   std::vector<std::optional<std::string>> worker_rng;
+  /// The checkpointed loader had this loader's num_workers and persistent_workers (else
+  /// load_state_dict(state, false): the batches' indices are resumed, not the workers'
+  /// random streams).
+  bool same_workers = true;
 };
 
 /// One pass over the data.
