@@ -80,8 +80,9 @@ class DataLoader {
     /// process or another, makes its next iter() give the rest of this epoch, batch for
     /// batch and byte for byte, and the epochs after it as this loader would, also for
     /// datasets that draw random numbers in the workers.  Cheap (no batch is copied);
-    /// the workers go on meanwhile.  Throws ValueError for an iterable dataset or
-    /// in_order=false.
+    /// the workers go on meanwhile.  Call it from the thread that calls next() (it reads
+    /// the random streams that thread draws from).  Throws ValueError for an iterable
+    /// dataset or in_order=false.
     Value state_dict() const;
 
    private:
@@ -153,7 +154,8 @@ class DataLoader {
   /// A checkpoint of the loader (torchdata's StatefulDataLoader.state_dict()): its
   /// latest iterator's (Iterator::state_dict()), also once that iterator is gone;
   /// before any epoch, the start of the first one.  Taken after an epoch ended, it
-  /// resumes at the next epoch.  Save it with loader::pt::save alongside the model:
+  /// resumes at the next epoch.  Same thread rule as Iterator::state_dict().  Save it
+  /// with loader::pt::save alongside the model:
   ///
   ///   for (loader::Value& batch : dl) { step(batch); if (++n % 1000 == 0) loader::pt::save(dl.state_dict(), "dl.pt"); }
   ///   // later, maybe in another process, a loader built the same way:
