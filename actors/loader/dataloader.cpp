@@ -326,7 +326,7 @@ void DataLoader::Iterator::leave_latest() noexcept {
   state_->latest_iterator = nullptr;
   // The loader keeps where its latest epoch stood (DataLoader::state_dict).
   try {
-    if (!state_->iterable && state_->options.in_order) state_->latest_plan = plan();
+    if (resumable(*state_)) state_->latest_plan = plan();
   } catch (const std::exception&) {
     state_->latest_plan.reset();  // a pool that failed: nothing to resume from
   }
@@ -367,7 +367,7 @@ std::optional<Value> DataLoader::Iterator::next() {
   auto batch = backend_->next();
   if (!batch) {
     backend_->stats(ended_);
-    if (!state_->iterable && state_->options.in_order)
+    if (resumable(*state_))
       ended_at_ = std::make_unique<EpochPosition>(backend_->position());  // for a checkpoint after the end
     backend_.reset();  // ends the epoch: workers released now, not at destruction
     return std::nullopt;

@@ -47,17 +47,29 @@ struct Config {
 
 std::ostream& operator<<(std::ostream& os, const Config& c) { return os << c.name; }
 
-DataLoaderOptions options_of(const Config& c) {
+/// Batches of 4, shuffled, `workers` worker processes, a 60 s timeout.
+DataLoaderOptions shuffled(int workers, bool persistent = false) {
   DataLoaderOptions o;
   o.batch_size = 4;
   o.shuffle = true;
-  o.num_workers = c.workers;
-  o.persistent_workers = c.persistent;
+  o.num_workers = workers;
+  o.persistent_workers = persistent;
+  o.timeout = 60;
+  return o;
+}
+
+DataLoaderOptions options_of(const Config& c) {
+  DataLoaderOptions o = shuffled(c.workers, c.persistent);
   if (c.prefetch) o.prefetch_factor = c.prefetch;
   if (c.own_generator) o.generator = std::make_shared<Generator>(1234);
   o.worker_mode = c.mode;
-  o.timeout = 60;
   return o;
+}
+
+/// The batches of a resumed epoch against the same epoch run through, from batch `cut`.
+void expect_rest(const std::vector<std::string>& rest, const std::vector<std::string>& reference, size_t cut) {
+  ASSERT_EQ(rest.size(), reference.size() - cut);
+  for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == reference[cut + k]) << "batch " << cut + k;
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -125,8 +137,7 @@ TEST_P(Checkpoint, AResumedEpochAndTheNextOneAreByteIdenticalToRunningThrough) {
     auto it = resumed.iter();
     EXPECT_EQ(it.batches_yielded(), static_cast<int64_t>(cut));
     const std::vector<std::string> rest = epoch_bytes(it);
-    ASSERT_EQ(rest.size(), epoch1.size() - cut);
-    for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == epoch1[cut + k]) << "batch " << cut + k;
+    expect_rest(rest, epoch1, cut);
     const std::vector<std::string> next = epoch_bytes(resumed);
     ASSERT_EQ(next.size(), epoch2.size());
     for (size_t k = 0; k < next.size(); ++k) EXPECT_TRUE(next[k] == epoch2[k]) << "the next epoch's batch " << k;
@@ -188,8 +199,7 @@ TEST(CheckpointLoader, StateDictAfterALoopOrABreakResumesWhereTheLoopStood) {
     DataLoader dl(random_draws(40), o);
     dl.load_state_dict(after_break);
     auto rest = epoch_bytes(dl);
-    ASSERT_EQ(rest.size(), e2.size() - 3);
-    for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == e2[3 + k]) << "batch " << 3 + k;
+    expect_rest(rest, e2, 3);
     EXPECT_TRUE(epoch_bytes(dl) == e3);
   }
 }
@@ -197,12 +207,8 @@ TEST(CheckpointLoader, StateDictAfterALoopOrABreakResumesWhereTheLoopStood) {
 TEST(CheckpointLoader, AWorkerKilledInAResumedEpochIsRestartedAndTheBatchesStayTheSame) {
   // The checkpoint's state for a worker's first task is sent before that task; a worker
   // killed before or after it ran it starts again from the same state.
-  DataLoaderOptions o;
-  o.batch_size = 4;
-  o.shuffle = true;
-  o.num_workers = 2;
+  DataLoaderOptions o = shuffled(2);
   o.max_worker_restarts = 2;
-  o.timeout = 60;
   auto ds = [] { return make_dataset({"test_random_draws", Value::dict({{"n", 60}, {"delay_ms", 2}})}); };
   std::vector<std::string> e1;
   {
@@ -229,8 +235,7 @@ TEST(CheckpointLoader, AWorkerKilledInAResumedEpochIsRestartedAndTheBatchesStayT
     ASSERT_GT(pids[static_cast<size_t>(victim)], 0);
     ASSERT_EQ(kill(pids[static_cast<size_t>(victim)], SIGKILL), 0);  // before or while it runs its first task
     const std::vector<std::string> rest = epoch_bytes(it);
-    ASSERT_EQ(rest.size(), e1.size() - 5);
-    for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == e1[5 + k]) << "batch " << 5 + k;
+    expect_rest(rest, e1, 5);
     EXPECT_GE(it.stats().workers.at(static_cast<size_t>(victim)).restarts, 1);
   }
 }
@@ -261,8 +266,7 @@ void expect_resume_identical(const std::function<std::unique_ptr<DataLoader>()>&
   auto dl = make();
   dl->load_state_dict(state);
   const auto rest = epoch_bytes(*dl);
-  ASSERT_EQ(rest.size(), e2.size() - cut);
-  for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == e2[cut + k]) << "batch " << cut + k;
+  expect_rest(rest, e2, cut);
   EXPECT_TRUE(epoch_bytes(*dl) == e3) << "the next epoch";
 }
 
@@ -305,12 +309,7 @@ TEST(CheckpointLoader, ALoaderGoesBackToItsOwnEarlierCheckpointWhileItsPersisten
   // The same loader, its persistent workers' streams moved on by later epochs, resumes a
   // checkpoint of its first epoch: each worker's first task starts from the saved state
   // (or, for a worker that had not started, new workers as Init leaves them).
-  DataLoaderOptions o;
-  o.batch_size = 4;
-  o.shuffle = true;
-  o.num_workers = 2;
-  o.persistent_workers = true;
-  o.timeout = 60;
+  const DataLoaderOptions o = shuffled(2, /*persistent=*/true);
   for (size_t cut : {size_t{0}, size_t{5}}) {
     SCOPED_TRACE("checkpoint after " + std::to_string(cut) + " batches");
     manual_seed(41);
@@ -329,8 +328,7 @@ TEST(CheckpointLoader, ALoaderGoesBackToItsOwnEarlierCheckpointWhileItsPersisten
     epoch_bytes(dl);  // the workers' streams move on
     dl.load_state_dict(state);
     const auto rest = epoch_bytes(dl);
-    ASSERT_EQ(rest.size(), e1.size() - cut);
-    for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == e1[cut + k]) << "batch " << cut + k;
+    expect_rest(rest, e1, cut);
     EXPECT_TRUE(epoch_bytes(dl) == e2) << "the next epoch";
   }
 }
@@ -342,11 +340,7 @@ TEST(CheckpointLoader, NotStrictAnotherNumberOfWorkersResumesTheSameBatchesOfInd
   // Autoscaling: a checkpoint of 2 workers resumed with 3, with none, and with
   // persistent workers gives the rest of the epoch with the same indices (what workers
   // draw at random differs: their streams start afresh).
-  DataLoaderOptions o;
-  o.batch_size = 4;
-  o.shuffle = true;
-  o.num_workers = 2;
-  o.timeout = 60;
+  const DataLoaderOptions o = shuffled(2);
   std::vector<std::vector<int64_t>> e1, e2;
   Value state;
   {
@@ -379,7 +373,9 @@ TEST(CheckpointLoader, NotStrictAnotherNumberOfWorkersResumesTheSameBatchesOfInd
       // Later epochs follow the new loader's own draws: persistent workers draw no
       // base_seed after their first epoch, and with 0 workers this dataset draws from
       // the main process's default generator, which the sampler draws its seed from.
-      if (workers > 0 && !persistent) EXPECT_TRUE(next == e2) << "the next epoch";
+      if (workers > 0 && !persistent) {
+        EXPECT_TRUE(next == e2) << "the next epoch";
+      }
     }
   }
 }
@@ -398,13 +394,8 @@ TEST(CheckpointLoader, BeforeAnyEpochTheCheckpointStartsTheFirstOne) {
   EXPECT_TRUE(epoch_bytes(other) == first);
 }
 
-
 TEST(CheckpointLoader, ACheckpointThatDoesNotFitIsRefusedSayingWhatDiffersAndChangesNothing) {
-  DataLoaderOptions o;
-  o.batch_size = 4;
-  o.shuffle = true;
-  o.num_workers = 2;
-  o.timeout = 60;
+  const DataLoaderOptions o = shuffled(2);
   manual_seed(5);
   DataLoader dl(random_draws(40), o);
   Value state;

@@ -142,5 +142,26 @@ TEST(ReorderBuffer, HoldsMoveOnlyItems) {
   EXPECT_EQ(*b->second, 1);
 }
 
+TEST(ReorderBuffer, ListsTheResultsItHoldsNotYetReleased) {
+  // A checkpoint's "first task not yet delivered" of a worker: a finished task whose
+  // result waits here counts as well as one still computing.
+  ReorderBuffer<std::string> rb(0, true);
+  rb.push(2, "c");
+  rb.push(0, "a");
+  rb.skip(3);
+  std::vector<uint64_t> held;
+  rb.for_each_buffered([&](uint64_t task, const std::string&) { held.push_back(task); });
+  EXPECT_EQ(held, (std::vector<uint64_t>{0, 2}));
+  rb.pop();
+  held.clear();
+  rb.for_each_buffered([&](uint64_t task, const std::string&) { held.push_back(task); });
+  EXPECT_EQ(held, (std::vector<uint64_t>{2}));
+  ReorderBuffer<std::string> any(0, false);
+  any.push(1, "b");
+  held.clear();
+  any.for_each_buffered([&](uint64_t task, const std::string&) { held.push_back(task); });
+  EXPECT_EQ(held, (std::vector<uint64_t>{1}));
+}
+
 }  // namespace
 }  // namespace loader::runtime

@@ -259,23 +259,6 @@ TEST(TaskDispatcher, AResumedEpochContinuesTheCycleAtTheWorkerOfItsFirstTask) {
   for (size_t i = 0; i < sent.size(); ++i) EXPECT_EQ(sent[i].second, static_cast<int>((5 + i) % 3)) << "task " << i;
 }
 
-TEST(TaskDispatcher, KnowsEachWorkersFirstTaskNotYetDelivered) {
-  // Finished is not delivered: a result waiting in the reorder buffer still counts.
-  TaskDispatcher d(2, 2, 0);
-  fill(d);  // 0, 2 -> worker 0; 1, 3 -> worker 1
-  d.on_finished(0);
-  d.on_finished(1);
-  EXPECT_EQ(d.first_undelivered_of(0), std::optional<uint64_t>(0));
-  d.on_delivered(0, 0);
-  EXPECT_EQ(d.first_undelivered_of(0), std::optional<uint64_t>(2));
-  EXPECT_EQ(d.first_undelivered_of(1), std::optional<uint64_t>(1));
-  d.on_delivered(1, 1);
-  d.on_delivered(0, 2);
-  d.on_delivered(1, 3);
-  EXPECT_EQ(d.first_undelivered_of(0), std::nullopt);
-  EXPECT_EQ(d.first_undelivered_of(1), std::nullopt);
-}
-
 TEST(TaskDispatcherOutOfOrder, CancelTakesBackTheLastAssignment) {
   TaskDispatcher d(2, 1, 10);
   auto a = d.assign();

@@ -28,10 +28,16 @@ const Value& field(const Value& state, const std::string& key) {
   return state.at(key);
 }
 
-uint64_t count_of(const Value& state, const std::string& key) {
+int64_t int_of(const Value& state, const std::string& key) {
   const Value& v = field(state, key);
-  if (!v.is_int() || v.to_int() < 0) bad("'" + key + "' must be a non-negative int, got " + v.repr());
-  return static_cast<uint64_t>(v.to_int());
+  if (!v.is_int()) bad("'" + key + "' must be an int, got " + v.repr());
+  return v.to_int();
+}
+
+uint64_t count_of(const Value& state, const std::string& key) {
+  const int64_t v = int_of(state, key);
+  if (v < 0) bad("'" + key + "' must be a non-negative int, got " + std::to_string(v));
+  return static_cast<uint64_t>(v);
 }
 
 bool flag_of(const Value& state, const std::string& key) {
@@ -68,12 +74,6 @@ Shape shape_of(const LoaderState& s) {
   std::optional<int64_t> n = s.batch_sampler ? s.batch_sampler->size() : s.sampler ? s.sampler->size() : std::nullopt;
   if (n) out.batches_per_epoch = *n;
   return out;
-}
-
-int64_t int_of(const Value& state, const std::string& key) {
-  const Value& v = field(state, key);
-  if (!v.is_int()) bad("'" + key + "' must be an int, got " + v.repr());
-  return v.to_int();
 }
 
 Value bytes_values(const std::vector<std::string>& items) {
@@ -210,9 +210,7 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
           " (the default generator, the loader's generator, its samplers' generators): build the loader with the "
           "same generator and sampler options as the one checkpointed");
   p.base_seed_drawn = flag_of(state, "base_seed_drawn");
-  const Value& seed = field(state, "base_seed");
-  if (!seed.is_int()) bad("'base_seed' must be an int, got " + seed.repr());
-  p.base_seed = static_cast<uint64_t>(seed.to_int());
+  p.base_seed = static_cast<uint64_t>(int_of(state, "base_seed"));
   p.pool_alive = flag_of(state, "pool_alive");
   const Value& rng = field(state, "worker_rng");
   if (!rng.is_list() || rng.size() != workers)
@@ -232,6 +230,8 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
   if (!same_workers) p.worker_rng.clear();
   return p;
 }
+
+bool resumable(const LoaderState& state) { return !state.iterable && state.options.in_order; }
 
 void check_resumable(const LoaderState& state, const char* what) {
   if (state.iterable)

@@ -42,8 +42,9 @@ Value encode_checkpoint(const ResumePlan& plan, const LoaderState& loader);
 /// (ResumePlan::same_workers false: the workers' random streams are not resumed).
 ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams, bool strict);
 
-/// ValueError unless the loader's epochs can be checkpointed (a map-style dataset,
-/// in_order=true).
+/// Whether the loader's epochs can be checkpointed: a map-style dataset, in_order=true.
+bool resumable(const LoaderState& state);
+/// ValueError, saying which of the two is missing, unless resumable(state).
 void check_resumable(const LoaderState& state, const char* what);
 
 }  // namespace loader

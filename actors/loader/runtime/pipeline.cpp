@@ -234,12 +234,22 @@ EpochPosition Pipeline::position(uint64_t epoch) const {
   p.consumed = buffer_->next_expected() - first_task_;
   p.sent = dispatcher_->next_task() - first_task_;
   p.exact = dispatcher_->max_in_flight() + 1 <= rng_slots();
+  // Each worker's first task not yet delivered: one it still computes, or one whose
+  // result waits in the reorder buffer; none: its next task.
+  std::vector<uint64_t> first(slots_.size(), dispatcher_->next_task());
+  for (size_t w = 0; w < slots_.size(); ++w) {
+    const std::vector<uint64_t> unfinished = dispatcher_->unfinished_tasks_of(static_cast<int>(w));
+    if (!unfinished.empty()) first[w] = unfinished.front();
+  }
+  buffer_->for_each_buffered([&](uint64_t task, const Delivery& d) {
+    if (d.worker >= 0 && static_cast<size_t>(d.worker) < first.size())
+      first[static_cast<size_t>(d.worker)] = std::min(first[static_cast<size_t>(d.worker)], task);
+  });
   for (size_t w = 0; w < slots_.size(); ++w) {
     const Slot& s = *slots_[w];
-    const uint64_t x = dispatcher_->first_undelivered_of(static_cast<int>(w)).value_or(dispatcher_->next_task());
     // A state not yet sent (the worker's first task of a resumed epoch is not out yet).
     if (s.resume_rng) p.worker_rng.push_back(s.resume_rng);
-    else p.worker_rng.push_back(state_before_locked(s, x));
+    else p.worker_rng.push_back(state_before_locked(s, first[w]));
   }
   return p;
 }
@@ -552,7 +562,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
     if (!buffer_) return Delivery{};
     if (auto item = buffer_->pop()) {
       Delivery d = std::move(item->second);
-      dispatcher_->on_delivered(d.worker, item->first);
+      dispatcher_->on_delivered(d.worker);
       if (d.worker >= 0 && static_cast<size_t>(d.worker) < slots_.size() && d.kind == Delivery::Kind::Batch)
         ++slots_[static_cast<size_t>(d.worker)]->delivered;
       dispatch_locked();
@@ -774,7 +784,7 @@ void Pipeline::handle_reply_locked(int worker, WorkerReply r, bool& flush_needed
       s.life.release(r.task);
       dispatcher_->on_finished(r.task);
       dispatcher_->deactivate(worker);
-      dispatcher_->on_delivered(worker, r.task);  // a skipped task returns its credit
+      dispatcher_->on_delivered(worker);  // a skipped task returns its credit
       buffer_->skip(r.task);
       if (dispatcher_->active_workers() == 0 && !total_) total_ = dispatcher_->next_task() - first_task_;
       dispatch_locked();

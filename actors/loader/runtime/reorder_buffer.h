@@ -78,6 +78,13 @@ class ReorderBuffer {
   }
 
   size_t buffered() const { return in_order_ ? pending_.size() : ready_.size(); }
+  /// Calls f(task, item) for every result held and not yet released.
+  template <class F>
+  void for_each_buffered(F f) const {
+    for (const auto& [task, item] : pending_)
+      if (item) f(task, *item);
+    for (const auto& [task, item] : ready_) f(task, item);
+  }
   uint64_t next_expected() const { return next_; }
   bool in_order() const { return in_order_; }
 

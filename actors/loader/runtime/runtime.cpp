@@ -11,6 +11,7 @@
 #include "loader/error.h"
 #include "loader/runtime/actor_system.h"
 #include "loader/runtime/batch_codec.h"
+#include "loader/runtime/checkpoint.h"
 #include "loader/runtime/epoch.h"
 #include "loader/runtime/pipeline.h"
 #include "loader/runtime/pool.h"
@@ -300,10 +301,12 @@ class MultiProcessEpoch final : public EpochBackend {
     finished_ = true;
     pool_->pipeline().stats(epoch_, ended_);  // before end_epoch: the epoch's figures as it ended
     // Where it ended, for a checkpoint (the pool may serve another epoch later).
-    try {
-      ended_position_ = pool_->pipeline().position(epoch_);
-    } catch (const Error&) {
-      // another epoch of the pool began meanwhile: this one has no position of its own
+    if (resumable(*state_)) {
+      try {
+        ended_position_ = pool_->pipeline().position(epoch_);
+      } catch (const Error&) {
+        // another epoch of the pool began meanwhile: this one has no position of its own
+      }
     }
     // Stopped synchronously: no sampler draw happens after the epoch ends.
     pool_->pipeline().end_epoch(epoch_);

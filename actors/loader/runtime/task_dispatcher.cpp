@@ -25,7 +25,6 @@ std::optional<std::pair<uint64_t, int>> TaskDispatcher::assign() {
     ++sent_;
     ++outstanding_[w];
     unfinished_[task] = w;
-    undelivered_[task] = w;
     return std::make_pair(task, w);
   }
   return std::nullopt;
@@ -36,14 +35,12 @@ void TaskDispatcher::cancel(uint64_t task) {
   if (it == unfinished_.end() || task + 1 != next_task_) return;
   if (outstanding_[it->second] > 0) --outstanding_[it->second];
   unfinished_.erase(it);
-  undelivered_.erase(task);
   --next_task_;
   --sent_;
 }
 
-void TaskDispatcher::on_delivered(int worker, uint64_t task) {
+void TaskDispatcher::on_delivered(int worker) {
   if (delivered_ < sent_) ++delivered_;
-  if (task != UINT64_MAX) undelivered_.erase(task);
   if (worker >= 0 && outstanding_[worker] > 0) --outstanding_[worker];
 }
 
@@ -61,12 +58,6 @@ std::vector<uint64_t> TaskDispatcher::unfinished_tasks_of(int worker) const {
 int TaskDispatcher::worker_of(uint64_t task) const {
   auto it = unfinished_.find(task);
   return it == unfinished_.end() ? -1 : it->second;
-}
-
-std::optional<uint64_t> TaskDispatcher::first_undelivered_of(int worker) const {
-  for (const auto& [task, w] : undelivered_)
-    if (w == worker) return task;
-  return std::nullopt;
 }
 
 }  // namespace loader::runtime

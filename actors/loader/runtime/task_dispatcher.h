@@ -13,7 +13,6 @@
 // tasks that the others could have done.
 #pragma once
 
-#include <climits>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -38,9 +37,8 @@ class TaskDispatcher {
   /// Takes back the task assign() just gave (the sampler turned out to be exhausted).
   void cancel(uint64_t task);
   /// The application received a batch (or a task was skipped): returns a credit.
-  /// `worker`: the worker it came from (its capacity with in_order = false);
-  /// `task`: which task it was (-1: not said).
-  void on_delivered(int worker = -1, uint64_t task = UINT64_MAX);
+  /// `worker`: the worker it came from (its capacity with in_order = false).
+  void on_delivered(int worker = -1);
   /// `worker` will get no more tasks (its iterable ran dry, or it died for good).
   void deactivate(int worker);
   /// A task finished at its worker (result or error received).
@@ -55,8 +53,6 @@ class TaskDispatcher {
   std::vector<uint64_t> unfinished_tasks_of(int worker) const;
   /// The worker task `task` was assigned to, or -1.
   int worker_of(uint64_t task) const;
-  /// The first task sent to `worker` and not yet delivered (nor skipped), if any.
-  std::optional<uint64_t> first_undelivered_of(int worker) const;
 
  private:
   int num_workers_;
@@ -69,7 +65,6 @@ class TaskDispatcher {
   std::map<int, uint64_t> outstanding_;  // worker -> tasks sent, not yet delivered
   std::set<int> active_;
   std::map<uint64_t, int> unfinished_;  // task -> worker
-  std::map<uint64_t, int> undelivered_;  // task -> worker, sent and not yet delivered
 };
 
 }  // namespace loader::runtime
