@@ -73,7 +73,9 @@ std::unique_ptr<Cursor<T>> make_cursor(F f) {
 struct RandomStream {
   const void* identity = nullptr;                 ///< the stream's object (one stream, one entry)
   std::function<std::string()> save;              ///< its whole state, as bytes
-  std::function<bool(const std::string&)> load;   ///< false: the bytes are not such a state
+  /// Loads a state: false when the bytes are not such a state; may throw ValueError
+  /// saying what differs when they are one of a differently built stream.
+  std::function<bool(const std::string&)> load;
 };
 
 /// A restartable source of T (PyTorch's `Sampler[T]`).

@@ -6,6 +6,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -572,6 +573,51 @@ std::unique_ptr<Cursor<int64_t>> DistributedSampler::iter() {
     mine.push_back(indices[static_cast<size_t>(i < n ? i : (i - n) % n)]);
   }
   return std::make_unique<VectorCursor<int64_t>>(std::make_shared<const std::vector<int64_t>>(std::move(mine)));
+}
+
+namespace {
+/// "DistributedSampler/1 <num_replicas> <rank> <seed> <shuffle> <drop_last> <n> <epoch>".
+constexpr const char* kDistributedState = "DistributedSampler/1";
+
+std::string describe_distributed(int64_t replicas, int64_t rank, int64_t seed, bool shuffle, bool drop_last,
+                                 int64_t n) {
+  return "rank " + std::to_string(rank) + " of " + std::to_string(replicas) + " (seed " + std::to_string(seed) +
+         (shuffle ? ", shuffle" : ", no shuffle") + (drop_last ? ", drop_last" : "") + ", " + std::to_string(n) +
+         " samples)";
+}
+}  // namespace
+
+std::vector<RandomStream> DistributedSampler::random_streams() const {
+  // The loader's checkpoint holds the sampler (shared_ptr) for as long as it uses the
+  // stream; loading it sets the epoch, the one thing of this sampler a pass depends on
+  // that changes between epochs.
+  auto* self = const_cast<DistributedSampler*>(this);
+  auto save = [self] {
+    return std::string(kDistributedState) + " " + std::to_string(self->num_replicas_) + " " +
+           std::to_string(self->rank_) + " " + std::to_string(self->seed_) + " " + (self->shuffle_ ? "1" : "0") +
+           " " + (self->drop_last_ ? "1" : "0") + " " + std::to_string(self->n_) + " " + std::to_string(self->epoch_);
+  };
+  auto load = [self](const std::string& state) {
+    std::istringstream in(state);
+    std::string tag;
+    long long replicas = 0, rank = 0, seed = 0, n = 0, epoch = 0;
+    int shuffle = -1, drop_last = -1;
+    if (!(in >> tag >> replicas >> rank >> seed >> shuffle >> drop_last >> n >> epoch) || tag != kDistributedState ||
+        (shuffle != 0 && shuffle != 1) || (drop_last != 0 && drop_last != 1))
+      return false;
+    std::string rest;
+    if (in >> rest) return false;
+    if (replicas != self->num_replicas_ || rank != self->rank_ || seed != self->seed_ ||
+        (shuffle == 1) != self->shuffle_ || (drop_last == 1) != self->drop_last_ || n != self->n_)
+      throw ValueError("the checkpoint's DistributedSampler is " +
+                       describe_distributed(replicas, rank, seed, shuffle == 1, drop_last == 1, n) + ", this one is " +
+                       describe_distributed(self->num_replicas_, self->rank_, self->seed_, self->shuffle_,
+                                            self->drop_last_, self->n_) +
+                       ": each rank resumes the checkpoint it saved, with the sampler options it had");
+    self->epoch_ = epoch;
+    return true;
+  };
+  return {RandomStream{this, std::move(save), std::move(load)}};
 }
 
 }  // namespace loader

@@ -256,6 +256,12 @@ class DistributedSampler : public Sampler {
   /// AssertionError when the data source changed length since construction.
   std::unique_ptr<Cursor<int64_t>> iter() override;
   std::optional<int64_t> size() const override { return num_samples_; }
+  /// A pass draws from a generator seeded seed + epoch: its one stream is the epoch, so
+  /// a DataLoader checkpoint brings the epoch back (a resumed loader need not call
+  /// set_epoch first).  The stream's state also names num_replicas, rank, seed, shuffle,
+  /// drop_last and the dataset size; loading another rank's or another setting's state
+  /// throws ValueError saying what differs (each rank resumes its own checkpoint).
+  std::vector<RandomStream> random_streams() const override;
 
   /// Call at the start of every epoch, before iter(), so shuffling differs per epoch.
   void set_epoch(int64_t epoch) noexcept { epoch_ = epoch; }

@@ -305,6 +305,64 @@ TEST(CheckpointLoader, SamplersWithTheirOwnGeneratorsAreResumedToo) {
   }
 }
 
+TEST(CheckpointLoader, EachRankResumesItsOwnDistributedShareInTheCheckpointedEpoch) {
+  // Two ranks of a DistributedSampler: rank r's checkpoint in epoch 1, loaded into a new
+  // loader whose sampler is still at epoch 0 (set_epoch not called), gives the rest of
+  // rank r's epoch 1, and epoch 2 after set_epoch(2).  Another rank's checkpoint, or one
+  // of another seed, is refused naming both.
+  static constexpr int64_t kReplicas = 2;
+  constexpr size_t kCut = 3;
+  auto make = [](int64_t rank, int64_t seed, std::shared_ptr<DistributedSampler>* sampler) {
+    DataLoaderOptions o = shuffled(2);
+    o.shuffle = false;
+    *sampler = std::make_shared<DistributedSampler>(SampleSource(int64_t{50}), kReplicas, rank, true, seed);
+    o.sampler = *sampler;
+    return std::make_unique<DataLoader>(random_draws(50), o);
+  };
+  std::vector<Value> states;
+  for (int64_t rank = 0; rank < kReplicas; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    std::shared_ptr<DistributedSampler> sampler;
+    std::vector<std::string> e1, e2;
+    {
+      manual_seed(40 + rank);
+      auto dl = make(rank, 9, &sampler);
+      epoch_bytes(*dl);
+      sampler->set_epoch(1);
+      e1 = epoch_bytes(*dl);
+      sampler->set_epoch(2);
+      e2 = epoch_bytes(*dl);
+    }
+    ASSERT_GT(e1.size(), kCut);
+    {
+      manual_seed(40 + rank);
+      auto dl = make(rank, 9, &sampler);
+      epoch_bytes(*dl);
+      sampler->set_epoch(1);
+      auto it = dl->iter();
+      for (size_t k = 0; k < kCut; ++k) it.next();
+      states.push_back(through_pt(it.state_dict()));
+    }
+    manual_seed(7);
+    auto dl = make(rank, 9, &sampler);
+    dl->load_state_dict(states.back());
+    expect_rest(epoch_bytes(*dl), e1, kCut);
+    EXPECT_EQ(sampler->epoch(), 1) << "the checkpoint's epoch";
+    sampler->set_epoch(2);
+    EXPECT_TRUE(epoch_bytes(*dl) == e2) << "the next epoch";
+  }
+  std::shared_ptr<DistributedSampler> sampler;
+  auto rank1 = make(1, 9, &sampler);
+  const std::string other_rank = error_of([&] { rank1->load_state_dict(states[0]); });
+  EXPECT_NE(other_rank.find("rank 0 of 2"), std::string::npos) << other_rank;
+  EXPECT_NE(other_rank.find("this one is rank 1 of 2"), std::string::npos) << other_rank;
+  auto other_seed = make(0, 10, &sampler);
+  const std::string seed_error = error_of([&] { other_seed->load_state_dict(states[0]); });
+  EXPECT_NE(seed_error.find("seed 9"), std::string::npos) << seed_error;
+  EXPECT_NE(seed_error.find("seed 10"), std::string::npos) << seed_error;
+  EXPECT_EQ(sampler->epoch(), 0) << "a refused checkpoint changes nothing";
+}
+
 TEST(CheckpointLoader, ALoaderGoesBackToItsOwnEarlierCheckpointWhileItsPersistentWorkersRun) {
   // The same loader, its persistent workers' streams moved on by later epochs, resumes a
   // checkpoint of its first epoch: each worker's first task starts from the saved state

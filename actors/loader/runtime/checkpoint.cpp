@@ -116,8 +116,16 @@ void load_streams(const std::vector<RandomStream>& streams, const std::vector<st
   // Checked first, loaded after: a bad checkpoint changes no stream.
   std::vector<std::string> before = save_streams(streams);
   for (size_t i = 0; i < streams.size(); ++i) {
-    if (!streams[i].load(states[i])) {
+    bool loaded = false;
+    std::string why;
+    try {
+      loaded = streams[i].load(states[i]);
+    } catch (const ValueError& e) {
+      why = e.what();  // the stream says what differs (a sampler's options)
+    }
+    if (!loaded) {
       for (size_t j = 0; j < i; ++j) streams[j].load(before[j]);
+      if (!why.empty()) bad("random stream " + std::to_string(i) + " of " + what + ": " + why);
       bad("random stream " + std::to_string(i) + " of " + what + " is not a state of this loader's stream " +
           std::to_string(i) + " (" + std::to_string(states[i].size()) +
           " bytes): the checkpoint is damaged or comes from a loader with other generators");
