@@ -1231,6 +1231,45 @@ std::pair<int, std::string> run_program(std::vector<std::string> args, int secon
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
+TEST(Resources, AnAddressSpaceLimitReachedAnywhereIsAClearErrorNeverAnAbort) {
+  // A program that limits its own address space (RLIMIT_AS) to its size plus 0, 4, ...
+  // 400 MiB, then runs a loader with 2 workers: whichever thread (CAF's, a reader),
+  // mapping or worker the limit denies, it ends with "ok" or an error naming the limit,
+  // never by a signal.  Before the actor system's threads were tried first, CAF's
+  // constructor called std::terminate at 12-32 MiB above the program's size.
+  if (testing::kThreadSanitizer || testing::kUndefinedSanitizer)
+    GTEST_SKIP() << "a sanitizer's runtime maps its shadow memory and its own allocator under the same limit, "
+                    "and aborts by itself when they are denied";
+  int ok = 0, failed = 0;
+  for (int mb = 0; mb <= 400; mb += 4) {
+    auto [rc, out] = run_program({LOADER_TEST_ADDRESS_SPACE, std::to_string(mb)}, 60);
+    ASSERT_TRUE(rc == 0 || rc == 1) << mb << " MiB: exit " << rc << ": " << out;
+    if (rc == 0) {
+      EXPECT_NE(out.find("ok 32"), std::string::npos) << mb << " MiB: " << out;
+      ++ok;
+    } else {
+      EXPECT_NE(out.find("error: "), std::string::npos) << mb << " MiB: " << out;
+      EXPECT_NE(out.find("RLIMIT_AS = "), std::string::npos) << mb << " MiB: " << out;
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, 0) << "no limit was low enough to fail: the test tests nothing";
+  EXPECT_GT(ok, 0);
+  auto [rc, out] = run_program({LOADER_TEST_ADDRESS_SPACE, "4096"}, 60);
+  EXPECT_EQ(rc, 0) << out;
+  int left = 0;
+  if (DIR* d = opendir("/proc")) {
+    while (dirent* e = readdir(d)) {
+      std::string exe = "/proc/" + std::string(e->d_name) + "/exe";
+      char target[512];
+      ssize_t n = readlink(exe.c_str(), target, sizeof target - 1);
+      if (n > 0 && std::string(target, static_cast<size_t>(n)) == LOADER_TEST_ADDRESS_SPACE) ++left;
+    }
+    closedir(d);
+  }
+  EXPECT_EQ(left, 0) << "processes of the program left behind";
+}
+
 TEST(StartUp, AWorkerProgramThatExitsBeforeSayingHelloIsNamedWithItsPidAndWhatToCheck) {
   // A worker_executable that is not a worker program at all exits at once, often
   // before the pool has even recorded its pid.

@@ -3,13 +3,17 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "loader/error.h"
+#include "loader/runtime/os_error.h"
 
 namespace loader::runtime {
 
@@ -80,6 +84,48 @@ void keep_until_process_end(std::shared_ptr<void> object) {
   r.kept.push_back(std::move(object));
 }
 
+namespace {
+/// The threads CAF's actor system starts in its constructor: 2 scheduler workers
+/// (RuntimeConfig), its clock, and one more for detached work.
+constexpr int kSystemThreads = 4;
+
+/// Starts kSystemThreads threads and joins them.  CAF's constructor unwinds a thread
+/// it could not start by destroying the ones it already started, still joinable, and
+/// that calls std::terminate (measured: an address-space limit, `prlimit --as`, just
+/// above what the process maps).  Failing here first turns that abort into a clear
+/// error; glibc keeps the stacks and arenas of these threads for the next ones, so
+/// CAF's threads, started right after, find them.
+void probe_system_threads() {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::vector<std::thread> threads;
+  std::string failure;
+  try {
+    for (int i = 0; i < kSystemThreads; ++i) {
+      threads.emplace_back([&] {
+        void* p = std::malloc(64);  // the thread's malloc arena, as CAF's would make
+        std::free(p);
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return release; });
+      });
+    }
+  } catch (const std::system_error& e) {
+    failure = std::string(e.what()) +
+              (e.code() == std::errc::resource_unavailable_try_again ? thread_limits_text() : std::string());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  for (auto& t : threads) t.join();
+  if (!failure.empty())
+    throw RuntimeError("DataLoader: cannot start the actor system: " + std::to_string(threads.size()) + " of its " +
+                       std::to_string(kSystemThreads) + " threads could be created (" + failure + ")");
+}
+}  // namespace
+
 std::shared_ptr<caf::actor_system> acquire_system() {
   static std::mutex mu;
   static std::weak_ptr<caf::actor_system> current;
@@ -92,12 +138,13 @@ std::shared_ptr<caf::actor_system> acquire_system() {
     char* argv[] = {arg0, nullptr};
     cfg->parse(1, argv);  // without an argv CAF reads no config file
   }
+  probe_system_threads();
   std::shared_ptr<caf::actor_system> sys;
   try {
     sys = std::make_shared<caf::actor_system>(*cfg);
   } catch (const std::exception& e) {
-    throw RuntimeError(std::string("DataLoader: cannot start the actor system (") + e.what() +
-                       "); is the thread limit of this process reached?");
+    throw RuntimeError(std::string("DataLoader: cannot start the actor system (") + e.what() + ")" +
+                       thread_limits_text());
   }
   current = sys;
   return sys;

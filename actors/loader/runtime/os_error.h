@@ -10,6 +10,25 @@
 
 namespace loader::runtime {
 
+inline std::string limit_value(int resource) {
+  struct rlimit r {};
+  if (getrlimit(resource, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return "unlimited";
+  return std::to_string(r.rlim_cur);
+}
+
+/// What may be reached when a process or thread cannot be created (EAGAIN): the
+/// process/thread limit, or the address-space limit when there is one (every thread
+/// maps a stack, and glibc an arena for it).
+inline std::string thread_limits_text() {
+  std::string text = "; the process or thread limit may be reached (RLIMIT_NPROC = " + limit_value(RLIMIT_NPROC) +
+                     ", ulimit -u; or the cgroup's pids.max)";
+  const std::string as = limit_value(RLIMIT_AS);
+  if (as != "unlimited")
+    text += ", or the address-space limit (RLIMIT_AS = " + as +
+            " bytes, ulimit -v: each thread maps a stack): raise it, or use fewer workers";
+  return text;
+}
+
 inline std::string os_error_text(int err) {
   std::string text = std::strerror(err);
   if (err == EMFILE) {
@@ -22,9 +41,13 @@ inline std::string os_error_text(int err) {
   } else if (err == ENFILE) {
     text += "; the system's open-file table is full (fs.file-max)";
   } else if (err == EAGAIN) {
-    text += "; the process or thread limit may be reached (ulimit -u)";
+    text += thread_limits_text();
   } else if (err == ENOMEM) {
     text += "; out of memory, or the limit on memory mappings (vm.max_map_count) is reached";
+    const std::string as = limit_value(RLIMIT_AS);
+    if (as != "unlimited")
+      text += ", or the address-space limit (RLIMIT_AS = " + as +
+              " bytes, ulimit -v): raise it, or use fewer workers or a lower prefetch_factor";
   }
   return text;
 }

@@ -7,11 +7,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
-#include <system_error>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <system_error>
 
 #include "loader/error.h"
 #include "loader/runtime/os_error.h"
@@ -62,8 +62,10 @@ WorkerLink::WorkerLink(const Spec& spec, LinkEvents* events)
     if (thread_sock_ >= 0) ::close(thread_sock_);
     if (spec_.in_process && sock_ >= 0) ::close(sock_);
     child_.terminate(0);
+    const auto* sys = dynamic_cast<const std::system_error*>(&e);
+    const bool limit = !sys || sys->code() == std::errc::resource_unavailable_try_again;
     throw RuntimeError("cannot start the reader thread of DataLoader worker " + std::to_string(spec_.worker_id) +
-                       ": " + e.what() + " (is the process or thread limit reached?)");
+                       ": " + e.what() + (limit ? thread_limits_text() : std::string()));
   }
 }
 
