@@ -276,6 +276,68 @@ TEST(WorkerProcesses, WorkersStartedFromAThreadThatEndsOutliveThatThread) {
   EXPECT_TRUE(child_processes().empty());
 }
 
+TEST(WorkerProcesses, LoadersIteratedOnFourThreadsAtOnceEachGiveTheirOwnBatches) {
+  // Four application threads, each with its own loader (fresh or persistent workers, 1
+  // to 3 of them, its own shuffle generator), three epochs each, all at the same time,
+  // sharing the process's actor system and spawner thread, two of them leaving their
+  // second epoch after 2 batches: each gives the batches of indices it gives when it
+  // runs alone (a persistent loader draws base_seed once, so its later epochs differ
+  // from a single-process loader's).
+  struct Case {
+    int workers;
+    bool persistent;
+    uint64_t seed;
+    bool break_early;
+  };
+  const std::vector<Case> cases = {{2, false, 11, false}, {3, true, 12, true}, {1, false, 13, true}, {2, true, 14, false}};
+  auto options = [](const Case& c, int workers) {
+    DataLoaderOptions o;
+    o.batch_size = 7;
+    o.shuffle = true;
+    o.generator = std::make_shared<Generator>(c.seed);
+    o.num_workers = workers;
+    o.persistent_workers = workers > 0 && c.persistent;
+    o.timeout = 60;
+    return o;
+  };
+  auto indices = [](DataLoader& dl, bool break_early) {
+    std::vector<std::vector<int64_t>> out;
+    auto it = dl.iter();
+    while (auto b = it.next()) {
+      out.push_back((*b)[1].to_tensor().to_int64_vector());
+      if (break_early && out.size() == 2) break;
+    }
+    return out;
+  };
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<std::vector<std::vector<std::vector<int64_t>>>> got(cases.size()), want(cases.size());
+    for (size_t k = 0; k < cases.size(); ++k) {
+      DataLoader alone(probe(61), options(cases[k], cases[k].workers));
+      for (int epoch = 0; epoch < 3; ++epoch) want[k].push_back(indices(alone, cases[k].break_early && epoch == 1));
+    }
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(cases.size());
+    for (size_t k = 0; k < cases.size(); ++k) {
+      threads.emplace_back([&, k] {
+        try {
+          DataLoader dl(probe(61), options(cases[k], cases[k].workers));
+          for (int epoch = 0; epoch < 3; ++epoch) got[k].push_back(indices(dl, cases[k].break_early && epoch == 1));
+        } catch (const std::exception& e) {
+          errors[k] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t k = 0; k < cases.size(); ++k) {
+      EXPECT_EQ(errors[k], "") << "loader " << k;
+      EXPECT_EQ(got[k], want[k]) << "loader " << k;
+    }
+  }
+  EXPECT_TRUE(child_processes().empty());
+  EXPECT_TRUE(shm_segments_of_this_process().empty());
+}
+
 TEST(WorkerProcesses, BatchesAreZeroCopyViewsOfSharedMemory) {
   DataLoaderOptions o;
   o.batch_size = 8;
