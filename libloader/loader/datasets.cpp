@@ -311,6 +311,114 @@ void Subset::get_batch_into(const IndexBatch& indices, const BatchRows& rows) {
   dataset_->get_batch_into(mapped, rows);
 }
 
+// ------------------------------------------------------------------ StackDataset
+
+StackDataset::StackDataset(std::vector<std::shared_ptr<Dataset>> datasets) : datasets_(std::move(datasets)) {
+  init();
+}
+
+StackDataset::StackDataset(std::initializer_list<std::shared_ptr<Dataset>> datasets)
+    : StackDataset(std::vector<std::shared_ptr<Dataset>>(datasets)) {}
+
+StackDataset::StackDataset(std::vector<std::pair<std::string, std::shared_ptr<Dataset>>> datasets) {
+  for (auto& [key, d] : datasets) {
+    if (std::find(keys_.begin(), keys_.end(), key) != keys_.end())
+      throw ValueError("StackDataset: the key '" + key + "' is given twice: each keyword names one dataset");
+    keys_.push_back(key);
+    datasets_.push_back(std::move(d));
+  }
+  init();
+}
+
+StackDataset::StackDataset(std::initializer_list<std::pair<std::string, std::shared_ptr<Dataset>>> datasets)
+    : StackDataset(std::vector<std::pair<std::string, std::shared_ptr<Dataset>>>(datasets)) {}
+
+void StackDataset::init() {
+  if (datasets_.empty()) throw ValueError("At least one dataset should be passed");
+  for (size_t k = 0; k < datasets_.size(); ++k)
+    if (!datasets_[k]) throw ValueError("StackDataset: dataset " + std::to_string(k) + " is null");
+  size_ = datasets_[0]->size();
+  for (const auto& d : datasets_)
+    if (d->size() != size_) throw ValueError("Size mismatch between datasets");
+
+  // The members' specs side by side, when each has one.
+  std::vector<Value> specs;
+  size_t leaves = 0;
+  for (const auto& d : datasets_) {
+    std::optional<Value> spec = d->sample_spec();
+    if (!spec) {
+      specs.clear();
+      first_leaf_.clear();
+      break;
+    }
+    first_leaf_.push_back(leaves);
+    spec->for_each_tensor([&](const Tensor&) { ++leaves; });
+    specs.push_back(std::move(*spec));
+  }
+  if (!specs.empty()) spec_ = combine(std::move(specs));
+
+  // A handle when every member has one: {"datasets": [handles], "keys": [str] (dict form)}.
+  std::vector<Value> handles;
+  for (const auto& d : datasets_) {
+    if (!d->handle()) return;
+    handles.push_back(handle_to_value(*d->handle()));
+  }
+  std::vector<std::pair<Value, Value>> params{{Value("datasets"), Value::list(std::move(handles))}};
+  if (is_dict()) {
+    std::vector<Value> keys;
+    for (const auto& key : keys_) keys.emplace_back(key);
+    params.emplace_back(Value("keys"), Value::list(std::move(keys)));
+  }
+  set_handle({"stack", Value::dict(std::move(params))});
+}
+
+Value StackDataset::combine(std::vector<Value> parts) const {
+  if (!is_dict()) return Value::tuple(std::move(parts));
+  std::vector<std::pair<Value, Value>> items;
+  items.reserve(parts.size());
+  for (size_t k = 0; k < parts.size(); ++k) items.emplace_back(Value(keys_[k]), std::move(parts[k]));
+  return Value::dict(std::move(items));
+}
+
+Value StackDataset::get(int64_t index) {
+  std::vector<Value> parts;
+  parts.reserve(datasets_.size());
+  for (const auto& d : datasets_) parts.push_back(d->get(index));
+  return combine(std::move(parts));
+}
+
+std::vector<Value> StackDataset::get_batch(const IndexBatch& indices) {
+  std::vector<std::vector<Value>> samples(indices.size());
+  for (const auto& d : datasets_) {
+    std::vector<Value> items = d->get_batch(indices);
+    if (items.size() != indices.size())
+      throw ValueError("Nested dataset's output size mismatch. Expected " + std::to_string(indices.size()) +
+                       ", got " + std::to_string(items.size()));
+    for (size_t r = 0; r < items.size(); ++r) samples[r].push_back(std::move(items[r]));
+  }
+  std::vector<Value> out;
+  out.reserve(samples.size());
+  for (auto& parts : samples) out.push_back(combine(std::move(parts)));
+  return out;
+}
+
+void StackDataset::get_into(int64_t index, void* const* leaves) {
+  for (size_t k = 0; k < datasets_.size(); ++k) datasets_[k]->get_into(index, leaves + first_leaf_[k]);
+}
+
+void StackDataset::get_batch_into(const IndexBatch& indices, const BatchRows& rows) {
+  for (size_t k = 0; k < datasets_.size(); ++k) {
+    const size_t begin = first_leaf_[k];
+    const size_t end = k + 1 < datasets_.size() ? first_leaf_[k + 1] : rows.leaves();
+    BatchRows mine;
+    mine.base.assign(rows.base.begin() + static_cast<std::ptrdiff_t>(begin),
+                     rows.base.begin() + static_cast<std::ptrdiff_t>(end));
+    mine.row_bytes.assign(rows.row_bytes.begin() + static_cast<std::ptrdiff_t>(begin),
+                          rows.row_bytes.begin() + static_cast<std::ptrdiff_t>(end));
+    datasets_[k]->get_batch_into(indices, mine);
+  }
+}
+
 std::vector<std::shared_ptr<Subset>> make_subsets(std::shared_ptr<Dataset> dataset,
                                                   const std::vector<std::vector<int64_t>>& index_lists) {
   std::vector<std::shared_ptr<Subset>> out;
@@ -413,6 +521,20 @@ std::shared_ptr<Dataset> make_concat(const Value& p) {
   return std::make_shared<ConcatDataset>(std::move(members));
 }
 
+std::shared_ptr<Dataset> make_stack(const Value& p) {
+  std::vector<std::shared_ptr<Dataset>> members;
+  for (const Value& h : p.at("datasets").items())
+    members.push_back(make_dataset(handle_from_value(h, "stack \"datasets\"")));
+  if (!p.contains("keys")) return std::make_shared<StackDataset>(std::move(members));
+  const auto& keys = p.at("keys").items();
+  if (keys.size() != members.size())
+    throw ValueError("stack: " + std::to_string(keys.size()) + " keys for " + std::to_string(members.size()) +
+                     " datasets");
+  std::vector<std::pair<std::string, std::shared_ptr<Dataset>>> named;
+  for (size_t k = 0; k < keys.size(); ++k) named.emplace_back(keys[k].to_string(), std::move(members[k]));
+  return std::make_shared<StackDataset>(std::move(named));
+}
+
 std::shared_ptr<IterableDataset> make_chain(const Value& p) {
   std::vector<std::shared_ptr<IterableDataset>> members;
   for (const Value& h : p.at("datasets").items())
@@ -432,6 +554,7 @@ void register_missing() {
   map_style("range", make_range);
   map_style("subset", make_subset);
   map_style("concat", make_concat);
+  map_style("stack", make_stack);
   iterable("range_iterable", make_range_iterable);
   iterable("counting", make_counting);
   iterable("chain", make_chain);

@@ -1,6 +1,7 @@
 // The concrete datasets of torch.utils.data: TensorDataset, ConcatDataset, ChainDataset,
-// Subset, plus small built-in datasets that can be made from a handle ("range",
-// "range_iterable", "counting", and the composites "subset", "concat", "chain").
+// Subset, StackDataset, plus small built-in datasets that can be made from a handle
+// ("range", "range_iterable", "counting", and the composites "subset", "concat", "chain",
+// "stack").
 //
 //   auto features = loader::Tensor::zeros({100, 16}, loader::DType::Float32);
 //   auto labels = loader::Tensor::arange(100);
@@ -13,10 +14,10 @@
 //   auto stream = loader::make_iterable_dataset({"range_iterable",
 //                                                loader::Value::dict({{"start", 3}, {"end", 7}})});
 //
-// Composites (Subset, ConcatDataset, ChainDataset) built from datasets that carry a handle
-// get a handle of their own ("subset", "concat", "chain"), so worker processes can rebuild
-// them; a composite over a dataset without a handle has none (load it with num_workers=0,
-// or register the inner type).
+// Composites (Subset, ConcatDataset, ChainDataset, StackDataset) built from datasets that
+// carry a handle get a handle of their own ("subset", "concat", "chain", "stack"), so
+// worker processes can rebuild them; a composite over a dataset without a handle has
+// none (load it with num_workers=0, or register the inner type).
 //
 // Differences from PyTorch that C++ forces:
 //   - ConcatDataset over an IterableDataset cannot be written with the typed constructor; the
@@ -30,6 +31,8 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "loader/dataset.h"
@@ -129,6 +132,45 @@ class Subset : public Dataset {
   std::vector<int64_t> indices_;
 };
 
+/// torch.utils.data.StackDataset (PyTorch 2.1+): datasets of one length side by side.
+/// Sample i is the tuple (a[i], b[i], ...) for StackDataset({a, b, ...}) (PyTorch's
+/// positional form) or the dict {"x": a[i], "y": b[i]} for StackDataset({{"x", a},
+/// {"y", b}}) (PyTorch's keyword form, keys in the order given).  ValueError "At least
+/// one dataset should be passed" and "Size mismatch between datasets", as PyTorch.
+class StackDataset : public Dataset {
+ public:
+  explicit StackDataset(std::vector<std::shared_ptr<Dataset>> datasets);
+  StackDataset(std::initializer_list<std::shared_ptr<Dataset>> datasets);
+  explicit StackDataset(std::vector<std::pair<std::string, std::shared_ptr<Dataset>>> datasets);
+  StackDataset(std::initializer_list<std::pair<std::string, std::shared_ptr<Dataset>>> datasets);
+
+  /// Each member's get(index): indices (negative ones too) mean what they mean to the members.
+  Value get(int64_t index) override;
+  int64_t size() const override { return size_; }
+  /// PyTorch's __getitems__: each member's get_batch once; ValueError "Nested dataset's
+  /// output size mismatch. Expected N, got M" when a member returns another count.
+  std::vector<Value> get_batch(const IndexBatch& indices) override;
+  /// The members' sample_spec side by side, when every member has one: their get_into /
+  /// get_batch_into write their own rows of the batch.
+  std::optional<Value> sample_spec() const override { return spec_; }
+  void get_into(int64_t index, void* const* leaves) override;
+  void get_batch_into(const IndexBatch& indices, const BatchRows& rows) override;
+
+  /// Whether samples are dicts (keyword form); keys() is empty otherwise.
+  bool is_dict() const noexcept { return !keys_.empty(); }
+  const std::vector<std::string>& keys() const noexcept { return keys_; }
+  const std::vector<std::shared_ptr<Dataset>>& datasets() const noexcept { return datasets_; }
+
+ private:
+  void init();
+  Value combine(std::vector<Value> parts) const;
+  std::vector<std::shared_ptr<Dataset>> datasets_;
+  std::vector<std::string> keys_;
+  int64_t size_ = 0;
+  std::optional<Value> spec_;
+  std::vector<size_t> first_leaf_;  ///< member k's first leaf in spec_ (when spec_ is set)
+};
+
 /// One Subset per index list, e.g. from random_split(dataset->size(), lengths, generator).
 std::vector<std::shared_ptr<Subset>> make_subsets(std::shared_ptr<Dataset> dataset,
                                                   const std::vector<std::vector<int64_t>>& index_lists);
@@ -186,7 +228,7 @@ class CountingDataset : public IterableDataset {
 };
 
 /// Registers every built-in dataset type that is not registered yet ("range",
-/// "range_iterable", "counting", "subset", "concat", "chain").  Safe to call any number of
+/// "range_iterable", "counting", "subset", "concat", "chain", "stack").  Safe to call any number of
 /// times; never replaces a factory the program registered under the same name.  The
 /// registry calls it on its first use (dataset.h), so programs need not.
 void register_builtin_datasets();

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "loader/dataloader.h"
+#include "loader/datasets.h"
 #include "loader/error.h"
 #include "loader/generator.h"
 #include "loader/runtime/shm.h"
@@ -336,6 +337,34 @@ TEST(WorkerProcesses, LoadersIteratedOnFourThreadsAtOnceEachGiveTheirOwnBatches)
   }
   EXPECT_TRUE(child_processes().empty());
   EXPECT_TRUE(shm_segments_of_this_process().empty());
+}
+
+TEST(WorkerProcesses, AStackDatasetIsRebuiltInEachWorkerFromItsHandle) {
+  // StackDataset of registered datasets gets a "stack" handle: worker processes rebuild
+  // it and give the single-process dict batches.
+  auto x = make_dataset({"range", Value::dict({{"n", 30}})});
+  auto y = make_dataset({"range", Value::dict({{"n", 30}, {"start", 100}})});
+  auto ds = std::make_shared<StackDataset>(std::vector<std::pair<std::string, std::shared_ptr<Dataset>>>{{"x", x}, {"y", y}});
+  ASSERT_TRUE(ds->handle().has_value());
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.shuffle = true;
+  o.generator = std::make_shared<Generator>(3);
+  DataLoader single(ds, o);
+  const auto want = run_epoch(single);
+  o.num_workers = 2;
+  o.generator = std::make_shared<Generator>(3);
+  DataLoader workers(ds, o);
+  const auto got = run_epoch(workers);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k) {
+    ASSERT_TRUE(got[k].is_dict());
+    EXPECT_TRUE(got[k].at("x").to_tensor().equal(want[k].at("x").to_tensor())) << k;
+    const auto xs = got[k].at("x").to_tensor().to_int64_vector();
+    const auto ys = got[k].at("y").to_tensor().to_int64_vector();
+    ASSERT_EQ(xs.size(), ys.size());
+    for (size_t r = 0; r < xs.size(); ++r) EXPECT_EQ(ys[r], xs[r] + 100);
+  }
 }
 
 TEST(WorkerProcesses, BatchesAreZeroCopyViewsOfSharedMemory) {

@@ -422,6 +422,134 @@ TEST(Subset, MakeSubsetsAndRandomSplitMatchPyTorch) {
   EXPECT_GT(ran, 0);
 }
 
+// ------------------------------------------------------------------ StackDataset
+// PyTorch's TestStackDataset (D14).  test_mixed (positional and keyword datasets in one
+// call) has no C++ form: the two constructors take one form each.
+
+std::string value_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::shared_ptr<TensorDataset> tensors_of(std::vector<Tensor> t) { return std::make_shared<TensorDataset>(std::move(t)); }
+
+TEST(StackDataset, EmptyAndSizeMismatchRaisePyTorchsValueErrors) {  // test_empty, test_size_mismatch
+  EXPECT_EQ(value_error_of([] { StackDataset(std::vector<std::shared_ptr<Dataset>>{}); }),
+            "At least one dataset should be passed");
+  EXPECT_EQ(value_error_of([] {
+              StackDataset(std::vector<std::pair<std::string, std::shared_ptr<Dataset>>>{});
+            }),
+            "At least one dataset should be passed");
+  auto fifteen = tensors_of({float_tensor({15, 10})});
+  auto five = tensors_of({float_tensor({5})});
+  EXPECT_EQ(value_error_of([&] { StackDataset({fifteen, five}); }), "Size mismatch between datasets");
+  EXPECT_EQ(value_error_of([&] { StackDataset({{"a", fifteen}, {"b", five}}); }), "Size mismatch between datasets");
+  EXPECT_NE(value_error_of([&] { StackDataset({{"a", fifteen}, {"a", fifteen}}); }).find("'a' is given twice"),
+            std::string::npos);
+}
+
+TEST(StackDataset, LenIsTheMembersLength) {  // test_len, test_single
+  auto x = tensors_of({float_tensor({15, 10})});
+  auto y = tensors_of({float_tensor({15})});
+  EXPECT_EQ(StackDataset({x, y}).size(), 15);
+  EXPECT_EQ(StackDataset({{"a", x}, {"b", y}}).size(), 15);
+  StackDataset single({x});
+  EXPECT_EQ(single.size(), 15);
+  const Value item = single.get(3);
+  ASSERT_TRUE(item.is_tuple());
+  ASSERT_EQ(item.items().size(), 1u);
+  EXPECT_TRUE(item[0][0].to_tensor().equal(x->get(3)[0].to_tensor()));
+}
+
+TEST(StackDataset, GetItemIsATupleOrADictOfTheMembersItems) {  // test_getitem
+  auto x = tensors_of({float_tensor({15, 10})});
+  auto y = ints(15, 100);
+  StackDataset tuple_form({x, y});
+  StackDataset dict_form({{"a", x}, {"b", y}});
+  EXPECT_FALSE(tuple_form.is_dict());
+  EXPECT_EQ(dict_form.keys(), (std::vector<std::string>{"a", "b"}));
+  for (int64_t i = -15; i < 15; ++i) {
+    const Value t = tuple_form.get(i);
+    ASSERT_TRUE(t.is_tuple());
+    EXPECT_TRUE(t[0][0].to_tensor().equal(x->get(i)[0].to_tensor())) << i;
+    EXPECT_EQ(t[1].to_int(), y->get(i).to_int()) << i;
+    const Value d = dict_form.get(i);
+    ASSERT_TRUE(d.is_dict());
+    EXPECT_TRUE(d.at("a")[0].to_tensor().equal(x->get(i)[0].to_tensor())) << i;
+    EXPECT_EQ(d.at("b").to_int(), y->get(i).to_int()) << i;
+  }
+  EXPECT_THROW(tuple_form.get(15), IndexError);
+}
+
+TEST(StackDataset, GetItemsAsksEachMemberForTheWholeBatchOnce) {  // test_getitems
+  auto a = std::make_shared<RecordingDataset>();
+  auto b = ints(100, 1000);
+  StackDataset ds({{"rec", a}, {"int", b}});
+  const std::vector<Value> got = ds.get_batch({0, 5, -1});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(a->calls, (std::vector<IndexBatch>{{0, 5, -1}}));
+  EXPECT_EQ(got[1].at("rec").to_int(), 50);
+  EXPECT_EQ(got[1].at("int").to_int(), 1005);
+  EXPECT_EQ(got[2].at("rec").to_int(), -10);
+  EXPECT_EQ(got[2].at("int").to_int(), 1099);
+}
+
+TEST(StackDataset, GetItemsRaisesTheMembersIndexErrorAndCountMismatches) {  // test_getitems_raises_index_error, _value_error
+  auto x = tensors_of({float_tensor({15, 10})});
+  StackDataset ds({x, x});
+  EXPECT_THROW(ds.get_batch({0, 15}), IndexError);
+  class Short : public Dataset {
+   public:
+    Value get(int64_t i) override { return Value(i); }
+    int64_t size() const override { return 15; }
+    std::vector<Value> get_batch(const IndexBatch& indices) override {
+      return {Value(indices[0]), Value(indices[1])};
+    }
+  };
+  StackDataset short_member({x, std::make_shared<Short>()});
+  EXPECT_EQ(value_error_of([&] { short_member.get_batch({0, 1, 2, 3}); }),
+            "Nested dataset's output size mismatch. Expected 4, got 2");
+}
+
+TEST(StackDataset, RowsWrittenStraightIntoTheBatchEqualDefaultCollate) {
+  Tensor features = float_tensor({12, 4});
+  Tensor labels = Tensor::arange(12);
+  auto a = tensors_of({features});
+  auto b = tensors_of({labels, Tensor::arange(24).view({12, 2})});
+  for (bool dict_form : {false, true}) {
+    SCOPED_TRACE(dict_form ? "dict" : "tuple");
+    auto ds = dict_form ? std::make_shared<StackDataset>(std::vector<std::pair<std::string, std::shared_ptr<Dataset>>>{
+                              {"x", a}, {"y", b}})
+                        : std::make_shared<StackDataset>(std::vector<std::shared_ptr<Dataset>>{a, b});
+    const auto spec = ds->sample_spec();
+    ASSERT_TRUE(spec.has_value());
+    EXPECT_EQ(spec->is_dict(), dict_form);
+    const IndexBatch idx{11, 0, -2, 5};
+    RowsOf batched(*spec, 4);
+    ds->get_batch_into(idx, batched.rows);
+    RowsOf one_by_one(*spec, 4);
+    for (size_t r = 0; r < idx.size(); ++r) {
+      void* leaves[3] = {one_by_one.rows.row(0, r), one_by_one.rows.row(1, r), one_by_one.rows.row(2, r)};
+      ds->get_into(idx[r], leaves);
+    }
+    std::vector<Value> samples = ds->get_batch(idx);
+    Value collated = default_collate(samples);
+    std::vector<Tensor> want;
+    collated.for_each_tensor([&](const Tensor& t) { want.push_back(t); });
+    ASSERT_EQ(want.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_TRUE(batched.tensors[k].equal(want[k])) << "leaf " << k;
+      EXPECT_TRUE(one_by_one.tensors[k].equal(want[k])) << "leaf " << k;
+    }
+  }
+  // A member without a spec: none for the stack.
+  EXPECT_FALSE(StackDataset({a, ints(12)}).sample_spec().has_value());
+}
+
 // ------------------------------------------------------------------ registered built-ins
 
 DatasetHandle handle(const std::string& type, std::initializer_list<std::pair<std::string, Value>> params) {
@@ -432,7 +560,7 @@ TEST(BuiltinDatasets, RegistrationIsIdempotentAndComplete) {
   register_builtin_datasets();
   register_builtin_datasets();
   auto types = registered_dataset_types();
-  for (const char* name : {"range", "subset", "concat"}) {
+  for (const char* name : {"range", "subset", "concat", "stack"}) {
     EXPECT_TRUE(is_registered_dataset(name)) << name;
     EXPECT_NE(std::find(types.begin(), types.end(), name), types.end()) << name;
   }
@@ -558,6 +686,18 @@ TEST(BuiltinDatasets, CompositesOfHandleDatasetsCanBeRebuiltFromTheirHandles) {
                make_iterable_dataset(handle("range_iterable", {{"start", 5}, {"end", 7}}));
   ASSERT_TRUE(chain->handle().has_value());
   EXPECT_EQ(drain(*make_iterable_dataset(*chain->handle())), (std::vector<int64_t>{0, 1, 5, 6}));
+
+  auto c = make_dataset(handle("range", {{"n", 3}}));
+  auto stacked = std::make_shared<StackDataset>(
+      std::vector<std::pair<std::string, std::shared_ptr<Dataset>>>{{"x", b}, {"y", c}});
+  ASSERT_TRUE(stacked->handle().has_value());
+  EXPECT_EQ(stacked->handle()->type, "stack");
+  auto stack_rebuilt = make_dataset(*stacked->handle());
+  EXPECT_EQ(stack_rebuilt->size(), 3);
+  EXPECT_EQ(stack_rebuilt->get(2).repr(), stacked->get(2).repr());
+  EXPECT_EQ(stack_rebuilt->get(2).at("x").to_int(), 12);
+  auto tuple_stack = std::make_shared<StackDataset>(std::vector<std::shared_ptr<Dataset>>{b, b});
+  EXPECT_EQ(make_dataset(*tuple_stack->handle())->get(0).repr(), tuple_stack->get(0).repr());
 
   // Without a handle on a member there is nothing a worker could rebuild.
   auto tensors = std::make_shared<TensorDataset>(std::vector<Tensor>{Tensor::arange(3)});
