@@ -371,6 +371,7 @@ int run_bench(const BenchOptions& o) {
     const double sampler_cpu0 = mem.thread_cpu_s();
     bench::CpuClock cpu;
     auto t0 = Clock::now();
+    EpochStats stages;
     {
       DataLoader::Iterator it = dl->iter();
       while (std::optional<Value> batch = it.next()) {
@@ -386,6 +387,7 @@ int run_bench(const BenchOptions& o) {
         ++batches;
         if (verify) checksum += static_cast<uint64_t>(batches) * batch_byte_sum(*batch);
       }
+      stages = it.stats();
     }
     const double epoch_s = seconds_since(t0);
     const bench::CpuUse used = cpu.since();
@@ -429,6 +431,15 @@ int run_bench(const BenchOptions& o) {
     const double per_batch = batches > 0 ? 1.0 / static_cast<double>(batches) : 0.0;
     j["main_cpu_us_per_batch"] = std::max(0.0, used.main_s - sampler_cpu) * 1e6 * per_batch;
     j["ctx_switches_per_batch"] = static_cast<double>(used.main_voluntary_switches) * per_batch;
+    // The loader's own per-stage figures (EpochStats): the index sampler's time on the
+    // application thread, and each worker's time on its delivered tasks.
+    double busy = 0;
+    for (const auto& w : stages.workers) busy += w.busy_s;
+    j["stage_sampler_s"] = stages.sampler_s;
+    j["stage_workers_busy_s"] = busy;
+    j["workers_busy_share"] = workers > 0 && epoch_s > 0 ? busy / (epoch_s * workers) : 0.0;
+    j["stage_next_s"] = stages.next_s;
+    j["stage_waits"] = stages.waits;
     j["label_sum"] = total;
     j["label_sum_expected"] = want_sum;
     j["ok"] = total == want_sum && samples == n && batches == want_batches;

@@ -37,7 +37,10 @@ class SingleProcessEpoch final : public EpochBackend {
   std::optional<Value> next() override {
     std::optional<Value> batch;
     if (map_fetcher_) {
+      const auto start = std::chrono::steady_clock::now();
       auto indices = tasks_->next();
+      sampler_ns_ += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
       if (!indices) return std::nullopt;
       ++consumed_;  // consumed also when its fetch throws, as PyTorch's index is
       batch = map_fetcher_->fetch(*indices);
@@ -55,6 +58,7 @@ class SingleProcessEpoch final : public EpochBackend {
     out.in_flight = 0;
     out.ready = 0;
     out.waits = 0;
+    out.sampler_s = static_cast<double>(sampler_ns_) * 1e-9;
   }
 
   EpochPosition position() const override {
@@ -80,6 +84,7 @@ class SingleProcessEpoch final : public EpochBackend {
   std::optional<IterableFetcher> iter_fetcher_;
   int64_t fetched_ = 0;
   uint64_t consumed_ = 0;  ///< tasks taken from the sampler (map-style)
+  uint64_t sampler_ns_ = 0;  ///< time in the sampler (TaskSource::next)
 };
 }  // namespace
 

@@ -26,6 +26,9 @@ struct EpochStats {
   /// Reorder stage: results that arrived and wait for their turn (in_order) or for
   /// next(), now.
   int64_t ready = 0;
+  /// Sampler stage: seconds the application thread spent drawing the index batches
+  /// of the tasks counted in tasks_sent (the sampler's and batch sampler's next()).
+  double sampler_s = 0;
 
   struct Worker {
     int pid = -1;            ///< -1: an in-process worker, or none running
@@ -38,6 +41,11 @@ struct EpochStats {
     /// slab of this worker (it keeps batches) and the shared-memory budget (shm_limit_bytes
     /// or /dev/shm) allowed no more.
     int64_t inline_batches = 0;
+    /// Seconds it spent loading, collating and writing into its slabs the batches (or
+    /// errors) of this epoch that reached the main process: compared with the epoch's
+    /// wall time, how busy the worker was (near 1: the workers are the bottleneck;
+    /// near 0 while next() waits little: fewer workers would do).
+    double busy_s = 0;
   };
   /// One per worker (empty with num_workers = 0).
   std::vector<Worker> workers;

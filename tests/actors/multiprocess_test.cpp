@@ -28,9 +28,10 @@ namespace {
 /// Sample i: (float32[3] = {i, i+0.5, worker id}, i, worker_id, num_workers, worker seed, initial seed).
 class ProbeDataset : public Dataset {
  public:
-  ProbeDataset(int64_t n, int64_t fail_at) : n_(n), fail_at_(fail_at) {}
+  ProbeDataset(int64_t n, int64_t fail_at, int64_t delay_ms = 0) : n_(n), fail_at_(fail_at), delay_ms_(delay_ms) {}
   Value get(int64_t i) override {
     if (i < 0 || i >= n_) throw IndexError("index " + std::to_string(i) + " out of range for ProbeDataset of size " + std::to_string(n_));
+    if (delay_ms_) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
     if (i == fail_at_) throw ValueError("boom at " + std::to_string(i));
     const WorkerInfo* w = get_worker_info();
     int64_t wid = w ? w->id : -1;
@@ -42,14 +43,16 @@ class ProbeDataset : public Dataset {
   int64_t size() const override { return n_; }
 
  private:
-  int64_t n_, fail_at_;
+  int64_t n_, fail_at_, delay_ms_;
 };
 LOADER_REGISTER_DATASET("test_probe", [](const Value& p) {
-  return std::make_shared<ProbeDataset>(p.at("n").to_int(), p.get("fail_at", Value(int64_t{-1})).to_int());
+  return std::make_shared<ProbeDataset>(p.at("n").to_int(), p.get("fail_at", Value(int64_t{-1})).to_int(),
+                                        p.get("delay_ms", Value(int64_t{0})).to_int());
 });
 
-std::shared_ptr<Dataset> probe(int64_t n, int64_t fail_at = -1) {
-  return make_dataset({"test_probe", Value::dict({{"n", n}, {"fail_at", fail_at}})});
+/// Sample i after `delay_ms` milliseconds (each worker sleeps its own).
+std::shared_ptr<Dataset> probe(int64_t n, int64_t fail_at = -1, int64_t delay_ms = 0) {
+  return make_dataset({"test_probe", Value::dict({{"n", n}, {"fail_at", fail_at}, {"delay_ms", delay_ms}})});
 }
 
 using loader::testing::child_processes;
@@ -182,6 +185,28 @@ TEST_P(Workers, StatsCountEachStageAndStayAfterTheEnd) {
     EXPECT_EQ(it.stats().workers.size(), 2u);
   }
 
+  // Each worker's time on its delivered tasks: 4 samples of 3 ms per batch, 5 batches each.
+  {
+    DataLoaderOptions o;
+    o.batch_size = 4;
+    o.num_workers = 2;
+    o.worker_mode = GetParam();
+    DataLoader dl(probe(40, -1, 3), o);
+    const auto start = std::chrono::steady_clock::now();
+    auto it = dl.iter();
+    while (it.next()) {
+    }
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EpochStats s = it.stats();
+    ASSERT_EQ(s.workers.size(), 2u);
+    for (const auto& w : s.workers) {
+      EXPECT_GE(w.busy_s, 5 * 4 * 0.003) << "5 batches of 4 samples of 3 ms";
+      EXPECT_LE(w.busy_s, wall) << "no more than the epoch lasted";
+    }
+    EXPECT_GT(s.sampler_s, 0.0);
+    EXPECT_LT(s.sampler_s, wall);
+  }
+
   // Without workers: batches fetched in the calling thread, nothing in flight.
   DataLoaderOptions single;
   single.batch_size = 4;
@@ -194,6 +219,7 @@ TEST_P(Workers, StatsCountEachStageAndStayAfterTheEnd) {
   EXPECT_EQ(s0.tasks_sent, 10);
   EXPECT_EQ(s0.in_flight, 0);
   EXPECT_TRUE(s0.workers.empty());
+  EXPECT_GT(s0.sampler_s, 0.0);
 }
 
 TEST(WorkerProcesses, LeaveNoSegmentAndNoChildBehind) {

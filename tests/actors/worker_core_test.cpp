@@ -3,11 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
-
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loader/datasets.h"
@@ -41,6 +42,24 @@ class CoreProbe : public Dataset {
 };
 LOADER_REGISTER_DATASET("worker_core_test_probe", [](const Value& p) {
   return std::make_shared<CoreProbe>(p.at("n").to_int(), p.get("fail_at", Value(-1)).to_int());
+});
+
+/// Sample i: i, after `ms` milliseconds.
+class SlowSamples : public Dataset {
+ public:
+  explicit SlowSamples(int64_t ms) : ms_(ms) {}
+  Value get(int64_t i) override {
+    if (i < 0 || i >= 100) throw IndexError("SlowSamples index " + std::to_string(i) + " out of range");
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    return Value(i);
+  }
+  int64_t size() const override { return 100; }
+
+ private:
+  int64_t ms_;
+};
+LOADER_REGISTER_DATASET("worker_core_test_slow", [](const Value& p) {
+  return std::make_shared<SlowSamples>(p.at("ms").to_int());
 });
 
 int g_init_fn_saw_worker = -1;
@@ -181,6 +200,31 @@ TEST(WorkerCore, SlabTooSmallGivesNeedAndALargerOneGivesTheResult) {
   Value batch = decode(r, big);
   EXPECT_EQ(column(batch, 0), (std::vector<int64_t>{1, 2, 3}));
   for (size_t k = 0; k < 5; ++k) EXPECT_TRUE(inside(batch[k].to_tensor(), *big));
+}
+
+TEST(WorkerCore, EachReplySaysHowLongTheWorkerSpentOnItsTaskIncludingATryThatNeededMore) {
+  WorkerConfig c = probe_config();
+  c.dataset = DatasetHandle{"worker_core_test_slow", Value::dict({{"ms", 5}})};
+  WorkerCore core(c);
+  constexpr uint64_t kThreeSamples = 15'000'000;  // ns
+  WorkerReply inline_batch = core.run_task(1, {0, 1, 2}, kInlineSlab);
+  ASSERT_EQ(inline_batch.kind, WorkerReply::Kind::Result) << inline_batch.error_message;
+  EXPECT_GE(inline_batch.busy_ns, kThreeSamples);
+  EXPECT_LT(inline_batch.busy_ns, 60 * kThreeSamples) << "the time of one task, not of the process";
+
+  auto tiny = ShmSegment::create(8);
+  core.add_slab(1, tiny->data(), tiny->size());
+  WorkerReply need = core.run_task(2, {3, 4, 5}, 1);
+  ASSERT_EQ(need.kind, WorkerReply::Kind::Need) << need.error_message;
+  auto big = ShmSegment::create(need.bytes);
+  core.add_slab(2, big->data(), big->size());
+  WorkerReply placed = core.use_slab(2, 2);
+  ASSERT_EQ(placed.kind, WorkerReply::Kind::Result) << placed.error_message;
+  EXPECT_GE(placed.busy_ns, kThreeSamples) << "the samples were loaded in the try that answered Need";
+
+  WorkerReply error = core.run_task(3, {6, 7, 100}, kInlineSlab);
+  ASSERT_EQ(error.kind, WorkerReply::Kind::Error);
+  EXPECT_GE(error.busy_ns, 10'000'000u) << "two samples loaded before the bad index";
 }
 
 TEST(WorkerCore, UseSlabForATaskThatIsNotWaitingIsAnError) {
@@ -357,6 +401,7 @@ TEST(WorkerReply, EveryKindRoundTripsThroughItsFrame) {
   result.slab = 9;
   result.bytes = 4096;
   result.payload = std::string("\0payload\xff", 9);
+  result.busy_ns = 123456789;
   WorkerReply need;
   need.kind = WorkerReply::Kind::Need;
   need.task = 4;
@@ -366,6 +411,7 @@ TEST(WorkerReply, EveryKindRoundTripsThroughItsFrame) {
   error.task = 5;
   error.error_type = "KeyError";
   error.error_message = "Caught KeyError in DataLoader worker process 1.\n...";
+  error.busy_ns = 42;
   WorkerReply end;
   end.kind = WorkerReply::Kind::IterEnd;
   end.task = 6;
@@ -378,6 +424,7 @@ TEST(WorkerReply, EveryKindRoundTripsThroughItsFrame) {
       EXPECT_EQ(d.slab, r.slab);
       EXPECT_EQ(d.bytes, r.bytes);
       EXPECT_EQ(d.payload, r.payload);
+      EXPECT_EQ(d.busy_ns, r.busy_ns);
     }
     if (r.kind == WorkerReply::Kind::Need) {
       EXPECT_EQ(d.bytes, r.bytes);
@@ -385,6 +432,7 @@ TEST(WorkerReply, EveryKindRoundTripsThroughItsFrame) {
     if (r.kind == WorkerReply::Kind::Error) {
       EXPECT_EQ(d.error_type, r.error_type);
       EXPECT_EQ(d.error_message, r.error_message);
+      EXPECT_EQ(d.busy_ns, r.busy_ns);
     }
   }
   EXPECT_THROW(decode_reply(static_cast<uint8_t>(FrameType::Task), std::string(8, '\0')), RuntimeError);

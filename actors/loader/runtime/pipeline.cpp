@@ -1,6 +1,7 @@
 #include "loader/runtime/pipeline.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "loader/error.h"
 #include "loader/runtime/rng_state_page.h"
@@ -313,9 +314,10 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     exhausted_ = false;
     stopped_ = false;
     waits_ = 0;
+    sampler_ns_ = 0;
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
-      s.delivered = s.inline_batches = 0;
+      s.delivered = s.inline_batches = s.busy_ns = 0;
       s.resume_sent.reset();
       // A resumed epoch sets each worker's state; otherwise a state a worker was never
       // sent (it got no task of the last epoch) still waits for its first task.
@@ -373,8 +375,11 @@ int Pipeline::dispatch_one_locked() {
   IndexBatch indices;
   if (!iterable_) {
     std::optional<IndexBatch> next;
+    const auto start = std::chrono::steady_clock::now();
     try {
       next = source_->next();
+      sampler_ns_ += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     } catch (const Error& e) {
       dispatcher_->cancel(task);
       set_fatal_locked(e.python_type(), std::string("the sampler failed: ") + e.what(), -1);
@@ -653,6 +658,7 @@ void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
     out.in_flight = static_cast<int64_t>(dispatcher_->in_flight());
   }
   out.ready = buffer_ ? static_cast<int64_t>(buffer_->buffered()) : 0;
+  out.sampler_s = static_cast<double>(sampler_ns_) * 1e-9;
   out.workers.clear();
   for (const auto& s : slots_) {
     EpochStats::Worker w;
@@ -662,6 +668,7 @@ void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
     w.held = static_cast<int64_t>(s->life.held().size());
     w.delivered = static_cast<int64_t>(s->delivered);
     w.inline_batches = static_cast<int64_t>(s->inline_batches);
+    w.busy_s = static_cast<double>(s->busy_ns) * 1e-9;
     out.workers.push_back(std::move(w));
   }
 }
@@ -748,6 +755,7 @@ void Pipeline::handle_reply_locked(int worker, WorkerReply r, bool& flush_needed
   Delivery d;
   d.task = r.task;
   d.worker = worker;
+  s.busy_ns += r.busy_ns;
   switch (r.kind) {
     case WorkerReply::Kind::Need: {
       // The batch is larger than the slab: a larger one, then the worker copies it in.

@@ -204,6 +204,7 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
     bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
     uint64_t delivered = 0;           ///< its batches next() returned in this epoch
     uint64_t inline_batches = 0;      ///< its tasks of this epoch sent for an inline batch
+    uint64_t busy_ns = 0;             ///< its time on the tasks whose replies came in this epoch
     /// A resumed epoch's generator state to send before this worker's first task of it.
     std::optional<std::string> resume_rng;
     /// The task that state was sent with (a restart before the task started sends it again).
@@ -268,6 +269,7 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   bool exhausted_ = false;
   bool stopped_ = false;
   uint64_t waits_ = 0;             ///< next() calls of this epoch that found nothing ready
+  uint64_t sampler_ns_ = 0;        ///< time in the sampler (TaskSource::next) this epoch
 };
 
 }  // namespace loader::runtime

@@ -1,5 +1,7 @@
 #include "loader/runtime/worker_core.h"
 
+#include <chrono>
+
 #include "loader/collate.h"
 #include "loader/error.h"
 #include "loader/runtime/batch_codec.h"
@@ -43,6 +45,7 @@ std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
     case WorkerReply::Kind::Result:
       put_u64(body, r.slab);
       put_u64(body, r.bytes);
+      put_u64(body, r.busy_ns);
       body += r.payload;
       return {static_cast<uint8_t>(FrameType::Result), body};
     case WorkerReply::Kind::Need:
@@ -51,6 +54,7 @@ std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
     case WorkerReply::Kind::Error:
       put_string(body, r.error_type);
       put_string(body, r.error_message);
+      put_u64(body, r.busy_ns);
       return {static_cast<uint8_t>(FrameType::TaskError), body};
     case WorkerReply::Kind::IterEnd: return {static_cast<uint8_t>(FrameType::IterEnd), body};
   }
@@ -66,6 +70,7 @@ WorkerReply decode_reply(uint8_t type, const std::string& body) {
       r.kind = WorkerReply::Kind::Result;
       r.slab = in.u64();
       r.bytes = in.u64();
+      r.busy_ns = in.u64();
       r.payload = in.rest();
       break;
     case FrameType::Need:
@@ -76,6 +81,7 @@ WorkerReply decode_reply(uint8_t type, const std::string& body) {
       r.kind = WorkerReply::Kind::Error;
       r.error_type = in.string();
       r.error_message = in.string();
+      r.busy_ns = in.u64();
       break;
     case FrameType::IterEnd: r.kind = WorkerReply::Kind::IterEnd; break;
     default: throw RuntimeError(std::string("unexpected reply frame ") + frame_type_name(static_cast<FrameType>(type)));
@@ -169,6 +175,32 @@ std::optional<Value> WorkerCore::fetch(const IndexBatch& indices) {
 }
 
 WorkerReply WorkerCore::run_task(uint64_t task, const IndexBatch& indices, uint64_t slab) {
+  const auto start = std::chrono::steady_clock::now();
+  WorkerReply r = run(task, indices, slab);
+  account(r, start);
+  return r;
+}
+
+WorkerReply WorkerCore::use_slab(uint64_t task, uint64_t slab) {
+  const auto start = std::chrono::steady_clock::now();
+  WorkerReply r = retry(task, slab);
+  account(r, start);
+  return r;
+}
+
+void WorkerCore::account(WorkerReply& r, std::chrono::steady_clock::time_point start) {
+  uint64_t ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  auto earlier = pending_ns_.find(r.task);
+  if (earlier != pending_ns_.end()) {
+    ns += earlier->second;
+    pending_ns_.erase(earlier);
+  }
+  if (r.kind == WorkerReply::Kind::Need) pending_ns_[r.task] = ns;
+  else r.busy_ns = ns;
+}
+
+WorkerReply WorkerCore::run(uint64_t task, const IndexBatch& indices, uint64_t slab) {
   WorkerScope scope(generator_, info_);
   WorkerReply r;
   r.task = task;
@@ -216,7 +248,7 @@ WorkerReply WorkerCore::run_task(uint64_t task, const IndexBatch& indices, uint6
   }
 }
 
-WorkerReply WorkerCore::use_slab(uint64_t task, uint64_t slab) {
+WorkerReply WorkerCore::retry(uint64_t task, uint64_t slab) {
   WorkerScope scope(generator_, info_);
   auto it = pending_.find(task);
   if (it == pending_.end())

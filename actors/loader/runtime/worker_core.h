@@ -11,6 +11,7 @@
 //   WorkerReply r = core.run_task(7, {3, 1, 4}, 1); // Result, Need, Error or IterEnd
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,6 +55,9 @@ struct WorkerReply {
   std::string payload;        ///< Result: the encoded batch
   std::string error_type;     ///< Error: Python-style exception type
   std::string error_message;  ///< Error: "Caught ... in DataLoader worker process N ..."
+  /// Result, Error: nanoseconds the worker spent on the task (fetch, collate, the copy
+  /// into its slab, including a first try that answered Need): EpochStats busy_s.
+  uint64_t busy_ns = 0;
 };
 
 /// The frame a worker process sends for a reply, and its inverse.
@@ -82,6 +86,11 @@ class WorkerCore {
   Generator& generator() { return generator_; }
 
  private:
+  WorkerReply run(uint64_t task, const IndexBatch& indices, uint64_t slab);
+  WorkerReply retry(uint64_t task, uint64_t slab);
+  /// Sets r.busy_ns from `start` (plus the time of the task's tries that answered Need),
+  /// or, for a Need, keeps the time for the retry.
+  void account(WorkerReply& r, std::chrono::steady_clock::time_point start);
   /// The task's batch (nullopt: an iterable dataset's stream ended).
   std::optional<Value> fetch(const IndexBatch& indices);
   WorkerReply place(uint64_t task, const Value& batch, uint64_t slab);
@@ -98,6 +107,7 @@ class WorkerCore {
   };
   std::map<uint64_t, Slab> slabs_;
   std::map<uint64_t, Value> pending_;  ///< batches waiting for a larger slab, by task
+  std::map<uint64_t, uint64_t> pending_ns_;  ///< their time so far, by task
 };
 
 }  // namespace loader::runtime
