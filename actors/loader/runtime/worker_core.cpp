@@ -130,6 +130,7 @@ void WorkerCore::drop_slab(uint64_t id) { slabs_.erase(id); }
 
 void WorkerCore::reset_epoch() {
   pending_.clear();
+  pending_ns_.clear();
   if (config_.iterable) {
     WorkerScope scope(generator_, info_);
     CollateFn collate;
