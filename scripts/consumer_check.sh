@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The installed package, used from the outside as a new project would (a ctest test,
 # `package_consumer`; also by hand):
-#   1. `cmake --install` of a build into a fresh prefix: the public headers only;
+#   1. `cmake --install` of a build into a fresh prefix: the public headers only; each
+#      of them compiles alone without a warning under strict flags (the build's
+#      compiler, and clang++ when found);
 #   2. tests/consumer, configured with find_package(loader) against that prefix, built
 #      and run (its own dataset with 2 worker processes for 2 epochs, the usage example
 #      of loader/dataloader.h verbatim, registrations in a static library of its own);
@@ -57,6 +59,24 @@ config_dir=$(dirname "$(find "$prefix" -name loaderConfig.cmake | head -1)")
 if grep -q 'loader_WITH_CUDA ON' "$config_dir/loaderConfig.cmake"; then
   grep -q 'CUDA::cudart_static' "$config_dir"/loaderTargets.cmake || die "a CUDA build whose package lacks cudart_static"
 fi
+
+# ---------------------------------------------------------------- 1b. headers alone, strict warnings
+# Each installed header compiles on its own (it includes what it uses) and without a
+# warning under the flags a strict consumer builds with: clang's -Wconversion also
+# checks templates no one instantiated, g++'s only instantiated ones (both when found).
+strict=(-std=c++17 -Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wsign-conversion -Wold-style-cast
+  -Wnon-virtual-dtor -Woverloaded-virtual -Werror -fsyntax-only -I"$prefix/include")
+compilers=("$cxx")
+command -v clang++ >/dev/null && [ "$(basename "$cxx")" != clang++ ] && compilers+=(clang++)
+step "each installed header alone, ${compilers[*]}, ${strict[*]:0:11}"
+mkdir -p "$work/headers"
+for h in $(cd "$prefix/include" && find loader -name '*.h' | sort); do
+  printf '#include "%s"\n' "$h" >"$work/headers/one.cpp"
+  for c in "${compilers[@]}"; do
+    "$c" "${strict[@]}" "$work/headers/one.cpp" >"$work/headers/one.log" 2>&1 ||
+      { cat "$work/headers/one.log"; die "$h does not compile alone without warnings ($c)"; }
+  done
+done
 
 # ---------------------------------------------------------------- 2. find_package consumer
 step "tests/consumer: configure with find_package(loader), build"

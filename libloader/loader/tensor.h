@@ -235,7 +235,8 @@ T Tensor::at(std::initializer_list<int64_t> idx) const {
   if (static_cast<int64_t>(idx.size()) != dim())
     throw IndexError("Tensor::at: " + std::to_string(idx.size()) + " indices for a " +
                      std::to_string(dim()) + "-dim tensor");
-  int64_t flat = 0, d = 0;
+  int64_t flat = 0;
+  size_t d = 0;
   for (int64_t i : idx) {
     if (i < 0) i += sizes_[d];
     if (i < 0 || i >= sizes_[d])
