@@ -189,9 +189,10 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
                                            const std::vector<RandomStream>& streams) {
   auto& s = *state_;
   // A resumed epoch replays its draws from where the streams stood as it began; after a
-  // finished epoch, the next one starts from where they stood at the checkpoint.
+  // finished epoch, the next one starts from where they stood at the checkpoint, with
+  // the per-epoch settings the program made for it (DistributedSampler::set_epoch).
   if (plan) load_streams(streams, plan->finished ? plan->streams_now : plan->streams_at_start,
-                         plan->finished ? "the checkpoint" : "the epoch's start");
+                         plan->finished ? "the checkpoint" : "the epoch's start", !plan->finished);
   Iterator::Start start;
   start.streams = save_streams(streams);
 

@@ -76,6 +76,10 @@ struct RandomStream {
   /// Loads a state: false when the bytes are not such a state; may throw ValueError
   /// saying what differs when they are one of a differently built stream.
   std::function<bool(const std::string&)> load;
+  /// A setting of the pass that the program sets for each epoch (DistributedSampler's
+  /// epoch) rather than a stream that runs on: loaded to replay a checkpointed epoch,
+  /// left as the program set it for the epoch after a finished one.
+  bool per_epoch_setting = false;
 };
 
 /// A restartable source of T (PyTorch's `Sampler[T]`).

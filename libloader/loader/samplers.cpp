@@ -617,7 +617,7 @@ std::vector<RandomStream> DistributedSampler::random_streams() const {
     self->epoch_ = epoch;
     return true;
   };
-  return {RandomStream{this, std::move(save), std::move(load)}};
+  return {RandomStream{this, std::move(save), std::move(load), /*per_epoch_setting=*/true}};
 }
 
 }  // namespace loader

@@ -257,8 +257,10 @@ class DistributedSampler : public Sampler {
   std::unique_ptr<Cursor<int64_t>> iter() override;
   std::optional<int64_t> size() const override { return num_samples_; }
   /// A pass draws from a generator seeded seed + epoch: its one stream is the epoch, so
-  /// a DataLoader checkpoint brings the epoch back (a resumed loader need not call
-  /// set_epoch first).  The stream's state also names num_replicas, rank, seed, shuffle,
+  /// a DataLoader checkpoint taken during an epoch brings that epoch back (a resumed
+  /// loader need not call set_epoch first); after a finished epoch's checkpoint the
+  /// program's set_epoch() for the next one stands (a per-epoch setting, not a stream
+  /// that runs on).  The stream's state also names num_replicas, rank, seed, shuffle,
   /// drop_last and the dataset size; loading another rank's or another setting's state
   /// throws ValueError saying what differs (each rank resumes its own checkpoint).
   std::vector<RandomStream> random_streams() const override;

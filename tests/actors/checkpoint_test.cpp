@@ -308,7 +308,8 @@ TEST(CheckpointLoader, SamplersWithTheirOwnGeneratorsAreResumedToo) {
 TEST(CheckpointLoader, EachRankResumesItsOwnDistributedShareInTheCheckpointedEpoch) {
   // Two ranks of a DistributedSampler: rank r's checkpoint in epoch 1, loaded into a new
   // loader whose sampler is still at epoch 0 (set_epoch not called), gives the rest of
-  // rank r's epoch 1, and epoch 2 after set_epoch(2).  Another rank's checkpoint, or one
+  // rank r's epoch 1, and epoch 2 after set_epoch(2); a checkpoint taken after epoch 1
+  // ended, loaded before set_epoch(2), gives epoch 2.  Another rank's checkpoint, or one
   // of another seed, is refused naming both.
   static constexpr int64_t kReplicas = 2;
   constexpr size_t kCut = 3;
@@ -334,14 +335,28 @@ TEST(CheckpointLoader, EachRankResumesItsOwnDistributedShareInTheCheckpointedEpo
       e2 = epoch_bytes(*dl);
     }
     ASSERT_GT(e1.size(), kCut);
+    Value after_epoch_1;
     {
       manual_seed(40 + rank);
       auto dl = make(rank, 9, &sampler);
       epoch_bytes(*dl);
       sampler->set_epoch(1);
-      auto it = dl->iter();
-      for (size_t k = 0; k < kCut; ++k) it.next();
-      states.push_back(through_pt(it.state_dict()));
+      {
+        auto it = dl->iter();
+        for (size_t k = 0; k < kCut; ++k) it.next();
+        states.push_back(through_pt(it.state_dict()));
+        epoch_bytes(it);
+      }
+      after_epoch_1 = through_pt(dl->state_dict());
+    }
+    {
+      // A finished epoch's checkpoint: the program's set_epoch(2) for the next one stands.
+      manual_seed(8);
+      auto dl = make(rank, 9, &sampler);
+      dl->load_state_dict(after_epoch_1);
+      sampler->set_epoch(2);
+      EXPECT_TRUE(epoch_bytes(*dl) == e2) << "the epoch after a finished epoch's checkpoint";
+      EXPECT_EQ(sampler->epoch(), 2);
     }
     manual_seed(7);
     auto dl = make(rank, 9, &sampler);

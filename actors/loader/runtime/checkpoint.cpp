@@ -107,7 +107,7 @@ std::vector<std::string> save_streams(const std::vector<RandomStream>& streams) 
 }
 
 void load_streams(const std::vector<RandomStream>& streams, const std::vector<std::string>& states,
-                  const std::string& what) {
+                  const std::string& what, bool settings_too) {
   if (states.size() != streams.size())
     bad("the checkpoint saved " + std::to_string(states.size()) + " random streams for " + what + ", this loader has " +
         std::to_string(streams.size()) +
@@ -131,6 +131,9 @@ void load_streams(const std::vector<RandomStream>& streams, const std::vector<st
           " bytes): the checkpoint is damaged or comes from a loader with other generators");
     }
   }
+  if (!settings_too)
+    for (size_t i = 0; i < streams.size(); ++i)
+      if (streams[i].per_epoch_setting) streams[i].load(before[i]);
 }
 
 void check_streams(const std::vector<RandomStream>& streams, const std::vector<std::string>& states,

@@ -25,9 +25,11 @@ namespace loader {
 std::vector<RandomStream> loader_streams(const LoaderState& state);
 std::vector<std::string> save_streams(const std::vector<RandomStream>& streams);
 /// Loads `states` into `streams`; ValueError naming the stream when the count differs
-/// or a state is not one.  `what`: which states ("the epoch's start").
+/// or a state is not one.  `what`: which states ("the epoch's start").  With
+/// `settings_too` false, streams that are per-epoch settings (RandomStream::
+/// per_epoch_setting) are checked but keep what the program set.
 void load_streams(const std::vector<RandomStream>& streams, const std::vector<std::string>& states,
-                  const std::string& what);
+                  const std::string& what, bool settings_too = true);
 
 /// As load_streams, then every stream back where it was: only checks `states`.
 void check_streams(const std::vector<RandomStream>& streams, const std::vector<std::string>& states,
