@@ -117,6 +117,11 @@ class Tensor {
   const std::shared_ptr<Storage>& storage() const noexcept { return storage_; }
   bool is_contiguous() const;
   bool is_pinned() const noexcept { return storage_ && storage_->is_pinned(); }
+  /// Tensor.is_shared(): the bytes are in memory other processes map too (a worker's
+  /// shared-memory slab, as every batch from a worker process; a shared file mapping).
+  bool is_shared() const noexcept {
+    return storage_ && (storage_->kind() == MemoryKind::SharedMemory || storage_->kind() == MemoryKind::FileMapping);
+  }
 
   /// Address of element [0, 0, ...] (storage data + offset).
   void* data_ptr() const;

@@ -401,6 +401,7 @@ TEST(WorkerProcesses, BatchesAreZeroCopyViewsOfSharedMemory) {
   for (Value& b : dl) {
     const Tensor& t = b[0].to_tensor();
     EXPECT_EQ(t.storage()->kind(), MemoryKind::SharedMemory);
+    EXPECT_TRUE(t.is_shared());  // D63: collated in a worker, in shared memory
     EXPECT_EQ(t.sizes(), (Dims{8, 3}));
   }
 }

@@ -200,6 +200,7 @@ TEST(WorkerCore, SlabTooSmallGivesNeedAndALargerOneGivesTheResult) {
   Value batch = decode(r, big);
   EXPECT_EQ(column(batch, 0), (std::vector<int64_t>{1, 2, 3}));
   for (size_t k = 0; k < 5; ++k) EXPECT_TRUE(inside(batch[k].to_tensor(), *big));
+  for (size_t k = 0; k < 5; ++k) EXPECT_TRUE(batch[k].to_tensor().is_shared()) << "D63: collated in a worker";
 }
 
 TEST(WorkerCore, EachReplySaysHowLongTheWorkerSpentOnItsTaskIncludingATryThatNeededMore) {

@@ -221,6 +221,16 @@ TEST(DefaultCollate, MatchesPyTorchForEveryGoldenCase) {
   EXPECT_EQ(static_cast<size_t>(ran), inputs.size()) << "every transcribed input has a golden case";
 }
 
+TEST(DefaultCollate, D63_InTheMainProcessTheBatchIsNotInSharedMemory) {
+  // test_default_collate_shared_tensor, main-process half (the worker half:
+  // WorkerCore.SlabTooSmallGivesNeedAndALargerOneGivesTheResult, WorkerProcesses.
+  // BatchesAreZeroCopyViewsOfSharedMemory).
+  Tensor t = Tensor::zeros({1}, DType::Float32);
+  EXPECT_FALSE(t.is_shared());
+  std::vector<Value> batch{Value(t)};
+  EXPECT_FALSE(default_collate(batch).to_tensor().is_shared());
+}
+
 TEST(DefaultConvert, MatchesPyTorchForEveryGoldenCase) {
   const json golden = load_golden();
   const auto inputs = convert_inputs();
