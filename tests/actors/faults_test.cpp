@@ -1270,6 +1270,57 @@ TEST(Resources, AnAddressSpaceLimitReachedAnywhereIsAClearErrorNeverAnAbort) {
   EXPECT_EQ(left, 0) << "processes of the program left behind";
 }
 
+TEST(Resources, AProcessCountLimitReachedAnywhereIsAClearErrorNeverAnAbort) {
+  // The same program in a cgroup whose pids.max allows 2 to 20 tasks (threads count):
+  // whichever thread or worker process cannot be created (CAF's, a reader thread, a
+  // posix_spawn), it ends with "ok" or an error naming the limits, never by a signal.
+  // Needs a writable pids cgroup (v1 or v2): root in most containers.
+  std::string dir;
+  for (const std::string base : {"/sys/fs/cgroup/pids", "/sys/fs/cgroup"}) {
+    if (access((base + "/pids.max").c_str(), F_OK) != 0 && access((base + "/cgroup.procs").c_str(), W_OK) != 0)
+      continue;
+    const std::string d = base + "/loader-test-" + std::to_string(getpid());
+    if (mkdir(d.c_str(), 0755) == 0 || errno == EEXIST) {
+      if (access((d + "/pids.max").c_str(), W_OK) == 0) {
+        dir = d;
+        break;
+      }
+      rmdir(d.c_str());
+    }
+  }
+  if (dir.empty()) GTEST_SKIP() << "no writable pids cgroup here";
+  struct RemoveWhenDone {
+    std::string dir;
+    ~RemoveWhenDone() {  // empty once the programs are gone
+      for (int i = 0; i < 100 && rmdir(dir.c_str()) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } remove{dir};
+  if (testing::kThreadSanitizer || testing::kUndefinedSanitizer)
+    GTEST_SKIP() << "a sanitizer's runtime starts threads of its own";
+  int ok = 0, failed = 0;
+  for (int max = 2; max <= 20; ++max) {
+    {
+      std::ofstream limit(dir + "/pids.max");
+      limit << max;
+    }
+    // The shell moves itself into the cgroup, then becomes the program.
+    auto [rc, out] = run_program({"/bin/sh", "-c", "echo $$ > " + dir + "/cgroup.procs && exec " +
+                                                      LOADER_TEST_ADDRESS_SPACE + " none"},
+                                 60);
+    ASSERT_TRUE(rc == 0 || rc == 1) << "pids.max " << max << ": exit " << rc << ": " << out;
+    if (rc == 0) {
+      EXPECT_NE(out.find("ok 32"), std::string::npos) << max << ": " << out;
+      ++ok;
+    } else {
+      EXPECT_NE(out.find("error: "), std::string::npos) << max << ": " << out;
+      EXPECT_NE(out.find("pids.max"), std::string::npos) << max << ": " << out;
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(ok, 0) << "20 tasks are enough for a loader with 2 workers";
+}
+
 TEST(StartUp, AWorkerProgramThatExitsBeforeSayingHelloIsNamedWithItsPidAndWhatToCheck) {
   // A worker_executable that is not a worker program at all exits at once, often
   // before the pool has even recorded its pid.

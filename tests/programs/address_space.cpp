@@ -1,11 +1,12 @@
 // A program run under an address-space limit (RLIMIT_AS, `ulimit -v`) of its current
-// size plus EXTRA_MB, set by itself once it has started: one DataLoader with 2 worker
-// processes (which inherit the limit), 2 epochs.  It prints "ok <batches>" and exits 0,
+// size plus EXTRA_MB, set by itself once it has started ("none": no limit; the test
+// puts it in a cgroup with few pids instead): one DataLoader with 2 worker processes
+// (which inherit the limit), 2 epochs.  It prints "ok <batches>" and exits 0,
 // or prints "error: <what>" and exits 1; it must never abort or crash, whichever thread,
 // mapping or process the limit denies (CAF's own constructor used to call
 // std::terminate when it could not start its last thread).
 //
-//   loader_test_address_space EXTRA_MB
+//   loader_test_address_space EXTRA_MB|none
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -39,15 +40,17 @@ int main(int argc, char** argv) {
   loader::testing::register_exe_squares();
   if (auto rc = loader::runtime::run_worker_if_requested(argc, argv)) return *rc;
   if (argc != 2) {
-    std::fprintf(stderr, "usage: loader_test_address_space EXTRA_MB\n");
+    std::fprintf(stderr, "usage: loader_test_address_space EXTRA_MB|none\n");
     return 2;
   }
-  const unsigned long long extra = std::strtoull(argv[1], nullptr, 10) << 20;
-  struct rlimit r {};
-  r.rlim_cur = r.rlim_max = vm_size() + extra;
-  if (setrlimit(RLIMIT_AS, &r) != 0) {
-    std::perror("setrlimit");
-    return 2;
+  if (std::string(argv[1]) != "none") {
+    const unsigned long long extra = std::strtoull(argv[1], nullptr, 10) << 20;
+    struct rlimit r {};
+    r.rlim_cur = r.rlim_max = vm_size() + extra;
+    if (setrlimit(RLIMIT_AS, &r) != 0) {
+      std::perror("setrlimit");
+      return 2;
+    }
   }
   try {
     loader::DataLoaderOptions o;
