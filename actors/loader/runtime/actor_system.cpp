@@ -1,8 +1,10 @@
 #include "loader/runtime/actor_system.h"
 
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -92,21 +94,23 @@ constexpr int kSystemThreads = 4;
 /// Starts kSystemThreads threads and joins them.  CAF's constructor unwinds a thread
 /// it could not start by destroying the ones it already started, still joinable, and
 /// that calls std::terminate (measured: an address-space limit, `prlimit --as`, just
-/// above what the process maps).  Failing here first turns that abort into a clear
-/// error; glibc keeps the stacks and arenas of these threads for the next ones, so
-/// CAF's threads, started right after, find them.
+/// above what the process maps; a pids cgroup of 2 to 5 tasks).  Failing here first
+/// turns that abort into a clear error; glibc keeps the stacks and arenas of these
+/// threads for the next ones, so CAF's threads, started right after, find them.
 void probe_system_threads() {
   std::mutex mu;
   std::condition_variable cv;
   bool release = false;
   std::vector<std::thread> threads;
+  std::vector<pid_t> tids(kSystemThreads, 0);
   std::string failure;
   try {
     for (int i = 0; i < kSystemThreads; ++i) {
-      threads.emplace_back([&] {
+      threads.emplace_back([&, i] {
         void* p = std::malloc(64);  // the thread's malloc arena, as CAF's would make
         std::free(p);
         std::unique_lock<std::mutex> lock(mu);
+        tids[static_cast<size_t>(i)] = static_cast<pid_t>(::syscall(SYS_gettid));
         cv.wait(lock, [&] { return release; });
       });
     }
@@ -120,6 +124,17 @@ void probe_system_threads() {
   }
   cv.notify_all();
   for (auto& t : threads) t.join();
+  // join() returns once a thread has left its code, a little before the kernel counts
+  // it out of RLIMIT_NPROC and the cgroup's pids (release_task); CAF's threads started
+  // in between were refused under a tight limit (seen in CI: pids.max 5).  The task
+  // leaves /proc/self/task after it is counted out: wait for that (at most 1 s).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (pid_t tid : tids) {
+    if (tid == 0) continue;
+    const std::string path = "/proc/self/task/" + std::to_string(tid);
+    while (::access(path.c_str(), F_OK) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
   if (!failure.empty())
     throw RuntimeError("DataLoader: cannot start the actor system: " + std::to_string(threads.size()) + " of its " +
                        std::to_string(kSystemThreads) + " threads could be created (" + failure + ")");
