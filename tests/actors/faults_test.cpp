@@ -1240,13 +1240,12 @@ TEST(Resources, AnAddressSpaceLimitReachedAnywhereIsAClearErrorNeverAnAbort) {
   if (testing::kThreadSanitizer || testing::kUndefinedSanitizer)
     GTEST_SKIP() << "a sanitizer's runtime maps its shadow memory and its own allocator under the same limit, "
                     "and aborts by itself when they are denied";
-  int ok = 0, failed = 0;
+  int failed = 0;
   for (int mb = 0; mb <= 400; mb += 4) {
     auto [rc, out] = run_program({LOADER_TEST_ADDRESS_SPACE, std::to_string(mb)}, 60);
     ASSERT_TRUE(rc == 0 || rc == 1) << mb << " MiB: exit " << rc << ": " << out;
     if (rc == 0) {
       EXPECT_NE(out.find("ok 32"), std::string::npos) << mb << " MiB: " << out;
-      ++ok;
     } else {
       EXPECT_NE(out.find("error: "), std::string::npos) << mb << " MiB: " << out;
       EXPECT_NE(out.find("RLIMIT_AS = "), std::string::npos) << mb << " MiB: " << out;
@@ -1254,7 +1253,8 @@ TEST(Resources, AnAddressSpaceLimitReachedAnywhereIsAClearErrorNeverAnAbort) {
     }
   }
   EXPECT_GT(failed, 0) << "no limit was low enough to fail: the test tests nothing";
-  EXPECT_GT(ok, 0);
+  // Where the loader starts within 400 MiB depends on the thread stack size (RLIMIT_STACK);
+  // with 4 GiB to spare it always does.
   auto [rc, out] = run_program({LOADER_TEST_ADDRESS_SPACE, "4096"}, 60);
   EXPECT_EQ(rc, 0) << out;
   int left = 0;
