@@ -1231,6 +1231,21 @@ std::pair<int, std::string> run_program(std::vector<std::string> args, int secon
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
+/// How many processes run the program `exe` (by /proc/N/exe).
+int processes_running(const std::string& exe) {
+  int count = 0;
+  if (DIR* d = opendir("/proc")) {
+    while (dirent* e = readdir(d)) {
+      const std::string link = "/proc/" + std::string(e->d_name) + "/exe";
+      char target[512];
+      const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+      if (n > 0 && std::string(target, static_cast<size_t>(n)) == exe) ++count;
+    }
+    closedir(d);
+  }
+  return count;
+}
+
 TEST(Resources, AnAddressSpaceLimitReachedAnywhereIsAClearErrorNeverAnAbort) {
   // A program that limits its own address space (RLIMIT_AS) to its size plus 0, 4, ...
   // 400 MiB, then runs a loader with 2 workers: whichever thread (CAF's, a reader),
@@ -1257,17 +1272,7 @@ TEST(Resources, AnAddressSpaceLimitReachedAnywhereIsAClearErrorNeverAnAbort) {
   // with 4 GiB to spare it always does.
   auto [rc, out] = run_program({LOADER_TEST_ADDRESS_SPACE, "4096"}, 60);
   EXPECT_EQ(rc, 0) << out;
-  int left = 0;
-  if (DIR* d = opendir("/proc")) {
-    while (dirent* e = readdir(d)) {
-      std::string exe = "/proc/" + std::string(e->d_name) + "/exe";
-      char target[512];
-      ssize_t n = readlink(exe.c_str(), target, sizeof target - 1);
-      if (n > 0 && std::string(target, static_cast<size_t>(n)) == LOADER_TEST_ADDRESS_SPACE) ++left;
-    }
-    closedir(d);
-  }
-  EXPECT_EQ(left, 0) << "processes of the program left behind";
+  EXPECT_EQ(processes_running(LOADER_TEST_ADDRESS_SPACE), 0) << "processes of the program left behind";
 }
 
 TEST(Resources, AProcessCountLimitReachedAnywhereIsAClearErrorNeverAnAbort) {
@@ -1356,17 +1361,7 @@ TEST(NothingLeftBehind, LoadersThatOutliveMainEndTheirWorkersAtExitWithoutACrash
     if (std::string(how) == "fork") {
       EXPECT_NE(out.find("after the child's exit: batches 16 16"), std::string::npos) << out;
     }
-    int left = 0;
-    if (DIR* d = opendir("/proc")) {
-      while (dirent* e = readdir(d)) {
-        std::string exe = "/proc/" + std::string(e->d_name) + "/exe";
-        char target[512];
-        ssize_t n = readlink(exe.c_str(), target, sizeof target - 1);
-        if (n > 0 && std::string(target, static_cast<size_t>(n)) == LOADER_TEST_STATIC_LOADERS) ++left;
-      }
-      closedir(d);
-    }
-    EXPECT_EQ(left, 0) << how;
+    EXPECT_EQ(processes_running(LOADER_TEST_STATIC_LOADERS), 0) << how;
   }
 }
 
@@ -1379,17 +1374,7 @@ TEST(StartUp, AProgramThatForgetsRunWorkerIfRequestedFailsAtOnceWithoutAProcessS
       << out;
   EXPECT_NE(out.find("did not call loader::runtime::run_worker_if_requested(argc, argv)"), std::string::npos) << out;
   // Its workers refused to start workers of their own: no program of that name is left.
-  int left = 0;
-  if (DIR* d = opendir("/proc")) {
-    while (dirent* e = readdir(d)) {
-      std::string exe = "/proc/" + std::string(e->d_name) + "/exe";
-      char target[512];
-      ssize_t n = readlink(exe.c_str(), target, sizeof target - 1);
-      if (n > 0 && std::string(target, static_cast<size_t>(n)) == LOADER_TEST_NO_WORKER_MAIN) ++left;
-    }
-    closedir(d);
-  }
-  EXPECT_EQ(left, 0);
+  EXPECT_EQ(processes_running(LOADER_TEST_NO_WORKER_MAIN), 0);
 }
 
 TEST(WorkerExecutable, AHostRunsItsWorkersFromADedicatedProgram) {
