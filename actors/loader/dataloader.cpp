@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "loader/cuda_copy.h"
 #include "loader/error.h"
 #include "loader/runtime/checkpoint.h"
 #include "loader/runtime/epoch.h"
@@ -98,6 +99,20 @@ static std::shared_ptr<LoaderState> make_state(DataLoaderOptions options, bool i
   auto s = std::make_shared<LoaderState>();
   s->options = std::move(options);
   s->auto_collation = s->options.batch_sampler || s->options.batch_size.has_value();
+  if (!s->options.pin_memory_device.empty()) {
+    if (!s->options.pin_memory) {
+      // PyTorch's warning, word for word (the two sentences run together there too).
+      warn("pin memory device is set and pin_memory flag is not used then device pinned memory won't be used"
+           "please set pin_memory to true, if you need to use the device pin memory");
+    } else if (auto index = pin_device_index(s->options.pin_memory_device); index && cuda_device_available()) {
+      try {
+        (void)cuda_device_info(*index);
+      } catch (const RuntimeError& e) {
+        throw ValueError("pin_memory_device='" + s->options.pin_memory_device +
+                         "' names no CUDA device of this machine (" + e.what() + "); use \"cuda\" or a valid index");
+      }
+    }
+  }
   s->pin_tracker = std::make_shared<PinTracker>(s->options.pin_memory);
   // PyTorch warns about too many workers in __init__, before any iteration.
   if (s->options.num_workers > 0) runtime::check_worker_number(*s);

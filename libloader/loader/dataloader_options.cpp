@@ -1,11 +1,26 @@
 #include "loader/dataloader_options.h"
 
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "loader/error.h"
 
 namespace loader {
+
+std::optional<int> pin_device_index(const std::string& device) {
+  auto refuse = [&] {
+    throw ValueError("pin_memory_device='" + device +
+                     "' is not a device loader can pin for: use \"cuda\" or \"cuda:N\" (N a device index), "
+                     "or leave it empty; loader page-locks memory for CUDA devices only");
+  };
+  if (device == "cuda") return std::nullopt;
+  const std::string prefix = "cuda:";
+  if (device.size() <= prefix.size() || device.compare(0, prefix.size(), prefix) != 0) refuse();
+  const std::string digits = device.substr(prefix.size());
+  if (digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos) refuse();
+  return std::stoi(digits);
+}
 
 void validate_options(const DataLoaderOptions& o, bool iterable) {
   if (o.num_workers < 0)
@@ -21,6 +36,7 @@ void validate_options(const DataLoaderOptions& o, bool iterable) {
   if (o.prefetch_factor.has_value() && *o.prefetch_factor == 0)
     throw ValueError("prefetch_factor=0 would never send a task to a worker (at most prefetch_factor * num_workers "
                      "tasks are in flight): use prefetch_factor >= 1");
+  if (!o.pin_memory_device.empty()) pin_device_index(o.pin_memory_device);  // throws when malformed
   if (!o.worker_executable.empty() && o.num_workers == 0)
     throw ValueError("worker_executable can only be used with multi-process loading (num_workers > 0), but got num_workers=0");
   if (o.persistent_workers && o.num_workers == 0)

@@ -62,6 +62,14 @@ struct DataLoaderOptions {
   /// tells which backend was used and why.  Default false.
   bool pin_memory = false;
 
+  /// The device batches are pinned for (PyTorch's pin_memory_device): "" (default:
+  /// CUDA), "cuda" or "cuda:N".  Pinned slabs are registered for every CUDA device
+  /// (cudaHostRegisterPortable), so "cuda:N" pins as "cuda" does, once N is checked
+  /// against the devices there are (ValueError otherwise, when CUDA is available).
+  /// Other device types are refused (ValueError): loader pins for CUDA only.  Set
+  /// without pin_memory it pins nothing and warns, as PyTorch does.
+  std::string pin_memory_device;
+
   /// Drop the last incomplete batch.  Default false.
   bool drop_last = false;
 
@@ -127,5 +135,9 @@ struct DataLoaderOptions {
 /// throwing ValueError/TypeError with PyTorch's messages.  `iterable` says whether
 /// the dataset is an IterableDataset.
 void validate_options(const DataLoaderOptions& options, bool iterable);
+
+/// The device index of a pin_memory_device ("cuda": nullopt, "cuda:N": N); throws
+/// ValueError naming the value for anything else.
+std::optional<int> pin_device_index(const std::string& device);
 
 }  // namespace loader

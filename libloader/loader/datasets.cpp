@@ -1,6 +1,7 @@
 #include "loader/datasets.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -295,6 +296,10 @@ int64_t Subset::map_index(int64_t index) const {
 
 Value Subset::get(int64_t index) { return dataset_->get(map_index(index)); }
 
+std::vector<Value> Subset::get_slice(std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step) {
+  return get_batch(slice_indices(size(), start, stop, step));
+}
+
 std::vector<Value> Subset::get_batch(const IndexBatch& indices) {
   IndexBatch mapped;
   mapped.reserve(indices.size());
@@ -309,6 +314,34 @@ void Subset::get_batch_into(const IndexBatch& indices, const BatchRows& rows) {
   mapped.reserve(indices.size());
   for (int64_t i : indices) mapped.push_back(map_index(i));
   dataset_->get_batch_into(mapped, rows);
+}
+
+std::vector<int64_t> slice_indices(int64_t size, std::optional<int64_t> start, std::optional<int64_t> stop,
+                                   int64_t step) {
+  if (step == 0) throw ValueError("slice step cannot be zero");
+  if (size < 0) throw ValueError("slice_indices: size must be non-negative, but got " + std::to_string(size));
+  // CPython's PySlice_Unpack + PySlice_AdjustIndices.
+  auto adjust = [&](std::optional<int64_t> v, int64_t omitted) -> int64_t {
+    if (!v) return omitted;
+    int64_t x = *v;
+    if (x < 0) {
+      x += size;
+      if (x < 0) x = step < 0 ? -1 : 0;
+    } else if (x >= size) {
+      x = step < 0 ? size - 1 : size;
+    }
+    return x;
+  };
+  const int64_t first = adjust(start, step < 0 ? size - 1 : 0);
+  const int64_t last = adjust(stop, step < 0 ? -1 : size);
+  // The count as PySlice_AdjustIndices computes it (bounds lie in [-1, size], so no overflow).
+  int64_t count = 0;
+  if (step > 0 && first < last) count = (last - first - 1) / step + 1;
+  if (step < 0 && last < first) count = (first - last - 1) / (step == INT64_MIN ? INT64_MAX : -step) + 1;
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(count));
+  for (int64_t k = 0; k < count; ++k) out.push_back(first + k * step);  // |k * step| <= size + 1
+  return out;
 }
 
 // ------------------------------------------------------------------ StackDataset

@@ -110,6 +110,13 @@ class ChainDataset : public IterableDataset {
 
 /// torch.utils.data.Subset: dataset[indices[i]].  A subset of a subset works (indices are
 /// mapped through both); indices are checked by the inner dataset when it is read.
+/// The positions `start:stop:step` picks from a sequence of `size` elements, as Python's
+/// slice does (PySlice_AdjustIndices): nullopt means omitted, negative bounds count from
+/// the end, bounds beyond either end are clamped, a negative step walks backwards.
+/// ValueError "slice step cannot be zero".
+std::vector<int64_t> slice_indices(int64_t size, std::optional<int64_t> start, std::optional<int64_t> stop,
+                                   int64_t step = 1);
+
 class Subset : public Dataset {
  public:
   Subset(std::shared_ptr<Dataset> dataset, std::vector<int64_t> indices);
@@ -122,6 +129,11 @@ class Subset : public Dataset {
   std::optional<Value> sample_spec() const override { return dataset_->sample_spec(); }
   void get_into(int64_t index, void* const* leaves) override;
   void get_batch_into(const IndexBatch& indices, const BatchRows& rows) override;
+
+  /// PyTorch 2.x's `subset[start:stop:step]`: the samples at those positions of the
+  /// subset (Python's slice rules, see slice_indices), fetched with one get_batch of
+  /// the inner dataset.  A subset of a subset slices through both.
+  std::vector<Value> get_slice(std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step = 1);
 
   const std::shared_ptr<Dataset>& dataset() const noexcept { return dataset_; }
   const std::vector<int64_t>& indices() const noexcept { return indices_; }

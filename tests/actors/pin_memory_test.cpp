@@ -299,5 +299,100 @@ TEST(PinMemorySingleProcess, DefaultCollatedBatchesArePinnedWhenCudaCan) {
   expect_consistent(dl.pin_memory_status(), pin_warnings(capture));
 }
 
+// PyTorch's test_pin_memory_device / test_pin_memory_with_only_device (D112).
+const std::string kDeviceWithoutPin =
+    "pin memory device is set and pin_memory flag is not used then device pinned memory won't be used"
+    "please set pin_memory to true, if you need to use the device pin memory";
+
+TEST(PinMemoryDevice, CudaAsTheDevicePinsAsPinMemoryDoes) {
+  for (int workers : {0, 2}) {
+    for (const char* device : {"cuda", "cuda:0"}) {
+      DataLoaderOptions o;
+      o.batch_size = 4;
+      o.num_workers = workers;
+      o.pin_memory = true;
+      o.pin_memory_device = device;
+      WarningCapture capture;
+      DataLoader dl(ramp(10), o);
+      int64_t seen = 0;
+      for (auto& batch : dl) {
+        const PinStatus s = dl.pin_memory_status();
+        EXPECT_EQ(batch[0].to_tensor().is_pinned(), s.pinned) << device;
+        EXPECT_EQ(batch[0].to_tensor().is_pinned(), cuda_pinning_available()) << device;
+        const Tensor& y = batch[1].to_tensor();
+        for (int64_t r = 0; r < y.size(0); ++r) EXPECT_EQ(y.at<int64_t>({r}), seen++);
+      }
+      EXPECT_EQ(seen, 10);
+      EXPECT_TRUE(dl.pin_memory_status().requested);
+      for (const auto& m : capture.messages()) EXPECT_NE(m, kDeviceWithoutPin);
+      expect_consistent(dl.pin_memory_status(), pin_warnings(capture));
+    }
+  }
+}
+
+TEST(PinMemoryDevice, ADeviceWithoutPinMemoryPinsNothingAndWarns) {
+  for (int workers : {0, 2}) {
+    DataLoaderOptions o;
+    o.batch_size = 4;
+    o.num_workers = workers;
+    o.pin_memory_device = "cuda";
+    WarningCapture capture;
+    DataLoader dl(ramp(10), o);
+    int64_t seen = 0;
+    for (auto& batch : dl) {
+      EXPECT_FALSE(batch[0].to_tensor().is_pinned());
+      EXPECT_FALSE(batch[1].to_tensor().is_pinned());
+      seen += batch[1].to_tensor().size(0);
+    }
+    EXPECT_EQ(seen, 10);
+    EXPECT_FALSE(dl.pin_memory_status().requested);
+    EXPECT_EQ(dl.pin_memory_status().regions, 0);
+    int said = 0;
+    for (const auto& m : capture.messages()) said += m == kDeviceWithoutPin;
+    EXPECT_EQ(said, 1) << "PyTorch's warning, once, at construction";
+    EXPECT_TRUE(pin_warnings(capture).empty());
+  }
+}
+
+TEST(PinMemoryDevice, OtherDevicesAreRefusedNamingTheValue) {
+  for (const char* device : {"xpu", "cpu", "mps", "cuda:", "cuda:x", "cuda:-1", "cuda0", " cuda", "CUDA", "cuda:123456"}) {
+    DataLoaderOptions o;
+    o.batch_size = 4;
+    o.pin_memory = true;
+    o.pin_memory_device = device;
+    try {
+      DataLoader dl(ramp(10), o);
+      ADD_FAILURE() << "pin_memory_device='" << device << "' was accepted";
+    } catch (const ValueError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(std::string("pin_memory_device='") + device + "'"), std::string::npos) << m;
+      EXPECT_NE(m.find("\"cuda:N\""), std::string::npos) << m;
+    }
+  }
+}
+
+TEST(PinMemoryDevice, AnIndexBeyondTheDevicesIsRefusedWhereCudaCanTell) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.pin_memory = true;
+  o.pin_memory_device = "cuda:4096";
+  if (!cuda_pinning_available()) {
+    // Without CUDA no device index can be checked: it pins as pin_memory does (the fallback, said once).
+    WarningCapture capture;
+    DataLoader dl(ramp(10), o);
+    int64_t n = 0;
+    for (auto& batch : dl) n += batch[1].to_tensor().size(0);
+    EXPECT_EQ(n, 10);
+    expect_consistent(dl.pin_memory_status(), pin_warnings(capture));
+    return;
+  }
+  try {
+    DataLoader dl(ramp(10), o);
+    ADD_FAILURE() << "cuda:4096 was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("names no CUDA device of this machine"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace loader

@@ -7,12 +7,15 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <climits>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "loader/collate.h"
 #include "loader/error.h"
+#include "loader/random_split.h"
 #include "loader/worker_info.h"
 #include "test_util.h"
 
@@ -391,6 +394,66 @@ TEST(Subset, GetBatchForwardsMappedIndicesInOneCall) {  // D16
   for (const auto& v : got) values.push_back(v.to_int());
   EXPECT_EQ(values, (std::vector<int64_t>{80, 50, 60, 60}));
   EXPECT_EQ(rec->calls, (std::vector<IndexBatch>{{8, 5, 6, 6}}));
+}
+
+TEST(SliceIndices, FollowPythonsSliceRules) {
+  const json golden = load_json("slices.json");
+  int checked = 0;
+  for (const auto& c : golden.at("cases")) {
+    auto bound = [](const json& v) { return v.is_null() ? std::nullopt : std::optional<int64_t>(v.get<int64_t>()); };
+    const auto got = slice_indices(c[0].get<int64_t>(), bound(c[1]), bound(c[2]), c[3].get<int64_t>());
+    ASSERT_EQ(got, c[4].get<std::vector<int64_t>>()) << c.dump();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 1458);
+  try {
+    slice_indices(5, std::nullopt, std::nullopt, 0);
+    ADD_FAILURE() << "a zero step was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_EQ(std::string(e.what()), golden.at("zero_step").at("message").get<std::string>());
+  }
+  // Extreme bounds and steps neither overflow nor loop.
+  EXPECT_EQ(slice_indices(3, INT64_MIN, INT64_MAX, INT64_MAX), (std::vector<int64_t>{0}));
+  EXPECT_EQ(slice_indices(3, INT64_MAX, INT64_MIN, INT64_MIN), (std::vector<int64_t>{2}));
+  EXPECT_EQ(slice_indices(3, std::nullopt, std::nullopt, -1), (std::vector<int64_t>{2, 1, 0}));
+}
+
+// D15: TestDatasetRandomSplit.test_slicing_of_subset_of_dataset / _of_subset (PyTorch 2.x),
+// with TensorDataset's rows compared through get_batch (the C++ form of dataset[list]).
+TEST(Subset, SlicesLikePyTorchsSubsetOfADatasetAndOfASubset) {
+  Tensor t = Tensor::empty({5}, DType::Int64);
+  for (int64_t i = 0; i < 5; ++i) t.data<int64_t>()[i] = i + 1;
+  auto dataset = std::make_shared<TensorDataset>(std::vector<Tensor>{t});
+  auto values = [](const std::vector<Value>& samples) {
+    std::vector<int64_t> out;
+    for (const auto& v : samples) out.push_back(v[0].to_tensor().data<int64_t>()[0]);
+    return out;
+  };
+  auto rows = [&](const std::vector<int64_t>& idx) { return values(dataset->get_batch(idx)); };
+  auto subset_of_dataset = std::make_shared<Subset>(dataset, std::vector<int64_t>{0, 1, 2, 3, 4});
+  EXPECT_EQ(values(subset_of_dataset->get_slice(std::nullopt, std::nullopt)), rows({0, 1, 2, 3, 4}));  // [:]
+  EXPECT_EQ(values(subset_of_dataset->get_slice(1, 2)), rows({1}));                                    // [1:2]
+  EXPECT_EQ(values(subset_of_dataset->get_slice(0, -1, 2)), rows({0, 2}));                            // [0:-1:2]
+
+  auto g = std::make_shared<Generator>(0);
+  auto splits = random_split(std::shared_ptr<Dataset>(dataset), SplitLengths(std::vector<int64_t>{3, 2}), g);
+  ASSERT_EQ(splits.size(), 2u);
+  for (const auto& sub : splits) {
+    const std::vector<int64_t>& idx = sub->indices();
+    EXPECT_EQ(values(sub->get_slice(std::nullopt, std::nullopt)), rows(idx));  // subset1[:] == dataset[subset1.indices[:]]
+    EXPECT_EQ(values(sub->get_slice(0, 1)), rows({idx[0]}));                    // subset1[0:1]
+    EXPECT_EQ(values(sub->get_slice(std::nullopt, std::nullopt, -1)), rows({idx.rbegin(), idx.rend()}));
+  }
+
+  // Subset of a subset: test_slicing_of_subset_of_subset.
+  auto subset_of_subset = std::make_shared<Subset>(subset_of_dataset, std::vector<int64_t>{0, 1, 2, 3, 4});
+  EXPECT_EQ(values(subset_of_subset->get_slice(std::nullopt, std::nullopt)), rows({0, 1, 2, 3, 4}));
+  EXPECT_EQ(values(subset_of_subset->get_slice(0, 2)), rows({0, 1}));
+  EXPECT_EQ(values(subset_of_subset->get_slice(0, -1, 2)), rows({0, 2}));
+  Subset picked(subset_of_dataset, {4, 2});
+  EXPECT_EQ(values(picked.get_slice(-1, std::nullopt)), rows({2}));
+  EXPECT_TRUE(picked.get_slice(5, 9).empty());
+  EXPECT_THROW(picked.get_slice(std::nullopt, std::nullopt, 0), ValueError);
 }
 
 TEST(Subset, MakeSubsetsAndRandomSplitMatchPyTorch) {
