@@ -240,7 +240,14 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
   std::optional<TaskSource> source;
   if (s.dataset) source.emplace(s.batch_sampler, s.sampler);
   EpochResume resume;
-  if (plan && !plan->finished) {
+  uint64_t replay = 0;  // an iterable epoch: batches to take again and drop
+  if (plan && !plan->finished && s.iterable) {
+    // An IterableDataset's position lives in its own stream: the epoch runs again from
+    // its start, with each worker's generator where it stood as the epoch began, and the
+    // batches the checkpointed iterator had given out are dropped.
+    resume.worker_rng = plan->worker_rng;
+    replay = plan->consumed;
+  } else if (plan && !plan->finished) {
     if (source) source->fast_forward(plan->consumed, plan->sampled);
     load_streams(streams, plan->streams_now, "the checkpoint");
     start.consumed = plan->consumed;
@@ -250,11 +257,35 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
   } else if (plan && plan->pool_alive) {
     resume.worker_rng = plan->worker_rng;  // persistent workers' streams go on
   }
+  if (s.iterable && s.options.num_workers > 0) {
+    if (!resume.worker_rng.empty()) {
+      start.iterable_rng = resume.worker_rng;  // each worker gets that state, or new workers their Init's
+      start.iterable_rng->resize(static_cast<size_t>(s.options.num_workers));
+    } else if (!persistent_seed) {
+      start.iterable_rng.emplace(static_cast<size_t>(s.options.num_workers));  // new or re-initialised workers
+    }
+  }
   std::unique_ptr<EpochBackend> backend;
   if (s.options.num_workers == 0) backend = make_single_process_epoch(s, std::move(source));
   else backend = runtime::make_multi_process_epoch(state_, base_seed, std::move(source), std::move(resume));
   Iterator it(std::move(backend), state_, std::move(start));
   it.yielded_ = static_cast<int64_t>(it.start_.consumed);
+  for (uint64_t k = 0; k < replay; ++k) {
+    std::optional<Value> batch;
+    try {
+      batch = it.next();
+    } catch (...) {
+      // A batch that failed was given to the checkpointed iterator as this error too;
+      // an error that ended the epoch (a worker that died, a timeout) ends the resume.
+      if (!it.backend_ || it.backend_->finished()) throw;
+      continue;
+    }
+    if (!batch)
+      throw ValueError("DataLoader.load_state_dict: replaying the checkpointed epoch of the IterableDataset, its stream "
+                       "ended after " + std::to_string(k) + " batches, where the checkpointed iterator had given out " +
+                       std::to_string(replay) +
+                       ": the dataset's stream is not the one checkpointed (other data, or another dataset)");
+  }
   return it;
 }
 
@@ -319,6 +350,7 @@ DataLoader::Iterator::Iterator(Iterator&& o) noexcept
       start_(std::move(o.start_)),
       ended_at_(std::move(o.ended_at_)),
       yielded_(o.yielded_),
+      taken_(o.taken_),
       next_s_(o.next_s_),
       ended_(std::move(o.ended_)),
       len_called_(o.len_called_) {
@@ -333,6 +365,7 @@ DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&& o) noexcept {
   start_ = std::move(o.start_);
   ended_at_ = std::move(o.ended_at_);
   yielded_ = o.yielded_;
+  taken_ = o.taken_;
   next_s_ = o.next_s_;
   ended_ = std::move(o.ended_);
   len_called_ = o.len_called_;
@@ -355,6 +388,25 @@ void DataLoader::Iterator::leave_latest() noexcept {
 
 ResumePlan DataLoader::Iterator::plan() const {
   check_resumable(*state_, "DataLoader.state_dict()");
+  if (state_->iterable && backend_) {
+    // Replayed from its start on resume (iter_from): what it needs is how the epoch
+    // began and how many batches were given out.
+    const int workers = state_->options.num_workers;
+    if (workers > 0 && !start_.iterable_rng)
+      throw ValueError(
+          "DataLoader.state_dict(): an IterableDataset's epoch is resumed by running it again from its start, which "
+          "needs each worker's random stream as the epoch began; persistent workers' streams went on from an earlier "
+          "epoch and were not recorded then: take the checkpoint between epochs (after an epoch ended: the next one "
+          "resumes exactly), or in the loader's first epoch, or use persistent_workers=false");
+    ResumePlan p;
+    p.consumed = p.sampled = taken_;
+    p.streams_at_start = start_.streams;
+    p.base_seed_drawn = start_.base_seed_drawn;
+    p.base_seed = start_.base_seed;
+    p.pool_alive = workers > 0 && state_->options.persistent_workers;
+    if (workers > 0) p.worker_rng = *start_.iterable_rng;
+    return p;
+  }
   EpochPosition pos = backend_ ? backend_->position() : ended_at_ ? *ended_at_ : EpochPosition{};
   if (!pos.exact)
     throw ValueError("DataLoader.state_dict(): prefetch_factor * num_workers is above 1023, more tasks in flight than "
@@ -368,6 +420,7 @@ ResumePlan DataLoader::Iterator::plan() const {
   p.base_seed = start_.base_seed;
   p.pool_alive = state_->options.num_workers > 0 && state_->options.persistent_workers;
   p.worker_rng = std::move(pos.worker_rng);
+  if (state_->iterable) p.consumed = p.sampled = taken_;  // finished: its batches
   return p;
 }
 
@@ -385,14 +438,26 @@ std::optional<Value> DataLoader::Iterator::next() {
     std::chrono::steady_clock::time_point t0;
     ~Clock() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
   } clock{next_s_, t0};
-  auto batch = backend_->next();
+  std::optional<Value> batch;
+  try {
+    batch = backend_->next();
+  } catch (...) {
+    ++taken_;  // a batch that failed was delivered too (as its error)
+    throw;
+  }
   if (!batch) {
     backend_->stats(ended_);
-    if (resumable(*state_))
-      ended_at_ = std::make_unique<EpochPosition>(backend_->position());  // for a checkpoint after the end
+    if (resumable(*state_)) {
+      try {
+        ended_at_ = std::make_unique<EpochPosition>(backend_->position());  // for a checkpoint after the end
+      } catch (const std::exception&) {
+        ended_at_.reset();  // a checkpoint after this epoch then says the position is not known
+      }
+    }
     backend_.reset();  // ends the epoch: workers released now, not at destruction
     return std::nullopt;
   }
+  ++taken_;
   ++yielded_;
   if (state_->iterable && len_called_ && yielded_ > *len_called_) {
     warn("Length of IterableDataset " + state_->iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type +

@@ -81,8 +81,10 @@ class DataLoader {
     /// batch and byte for byte, and the epochs after it as this loader would, also for
     /// datasets that draw random numbers in the workers.  Cheap (no batch is copied);
     /// the workers go on meanwhile.  Call it from the thread that calls next() (it reads
-    /// the random streams that thread draws from).  Throws ValueError for an iterable
-    /// dataset or in_order=false.
+    /// the random streams that thread draws from).  An IterableDataset's epoch is
+    /// resumed by running it again from its start and dropping the results given out
+    /// (docs/api.md, "Mid-epoch checkpoints").  Throws ValueError for in_order=false, and
+    /// for an IterableDataset in mid-epoch with persistent workers past their first epoch.
     Value state_dict() const;
 
    private:
@@ -94,6 +96,11 @@ class DataLoader {
       uint64_t base_seed = 0;
       uint64_t consumed = 0;  ///< resumed: tasks the checkpointed iterator had consumed
       uint64_t pending = 0;   ///< resumed: tasks it had given out but not consumed
+      /// IterableDataset with workers: each worker's generator state as the epoch began
+      /// (none: the state its Init gives); nullopt where it is not known (persistent
+      /// workers whose streams went on from an earlier epoch).  An iterable epoch is
+      /// resumed by replaying it from its start.
+      std::optional<std::vector<std::optional<std::string>>> iterable_rng;
     };
     Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state, Start start);
     /// Where the epoch stands (a checkpoint without its streams_now).
@@ -106,6 +113,7 @@ class DataLoader {
     Start start_;
     std::unique_ptr<EpochPosition> ended_at_;  ///< where the epoch ended (backend_ gone)
     int64_t yielded_ = 0;
+    uint64_t taken_ = 0;  ///< results taken this epoch: batches and batch errors (iterable checkpoints)
     double next_s_ = 0;
     EpochStats ended_;  ///< the stage figures as the epoch ended (backend_ gone)
     /// The IterableDataset length len(dataloader) reported before this iterator was made
@@ -167,7 +175,10 @@ class DataLoader {
   /// batching, the same num_workers, persistent_workers, generator and worker_init_fn.
   /// The next iter() replays the checkpointed epoch's random draws (without loading a
   /// sample) and leaves the default generator and the loader's generators where they
-  /// stood when the checkpoint was taken.  A DistributedSampler's set_epoch() is yours
+  /// stood when the checkpoint was taken; for an IterableDataset it runs the epoch
+  /// again from its start and drops the results already given out (the checkpoint
+  /// holds no data), refusing another num_workers or persistent_workers also when
+  /// `strict` is false.  A DistributedSampler's set_epoch() is yours
   /// to call again, as before the original epoch.  Throws ValueError, changing nothing,
   /// for a checkpoint that does not fit this loader (saying what differs).
   /// `strict` = false also takes a checkpoint of a loader with another num_workers or

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "loader/runtime/shm.h"
 #include "loader/samplers.h"
 #include "loader/serialization/pt.h"
+#include "loader/worker_info.h"
 #include "process_leaks.h"
 
 using namespace loader;
@@ -34,6 +36,39 @@ namespace {
 // generator, i); in a worker the generator is the worker's.
 std::shared_ptr<Dataset> random_draws(int64_t n) {
   return make_dataset({"test_random_draws", Value::dict({{"n", n}})});
+}
+
+/// An IterableDataset with random augmentation: sample v = (float64[4] drawn from the
+/// default generator, int64 v) for v in [first, first + n), split between the workers as
+/// in PyTorch's docs (worker w yields [w*per, min((w+1)*per, n))).  In a worker the
+/// generator is the worker's.  `first` lets a test change the stream (other data).
+class RandomStream : public IterableDataset {
+ public:
+  RandomStream(int64_t n, int64_t first) : n_(n), first_(first) {}
+  std::unique_ptr<Cursor<Value>> iter() override {
+    int64_t lo = 0, hi = n_;
+    if (const WorkerInfo* info = get_worker_info()) {
+      const int64_t per = (n_ + info->num_workers - 1) / info->num_workers;
+      lo = std::min<int64_t>(n_, info->id * per);
+      hi = std::min<int64_t>(n_, lo + per);
+    }
+    return make_cursor<Value>([v = lo, hi, first = first_]() mutable -> std::optional<Value> {
+      if (v >= hi) return std::nullopt;
+      std::vector<double> x(4);
+      for (auto& d : x) d = static_cast<double>(default_generator().random64());
+      return Value::tuple({Value(Tensor::from_vector(x)), Value(first + v++)});
+    });
+  }
+
+ private:
+  int64_t n_, first_;
+};
+LOADER_REGISTER_ITERABLE_DATASET("test_checkpoint_random_stream", [](const Value& p) {
+  return std::make_shared<RandomStream>(p.at("n").to_int(), p.get("first", Value(int64_t{0})).to_int());
+});
+
+std::shared_ptr<IterableDataset> random_stream(int64_t n, int64_t first = 0) {
+  return make_iterable_dataset({"test_checkpoint_random_stream", Value::dict({{"n", n}, {"first", first}})});
 }
 
 struct Config {
@@ -154,6 +189,155 @@ INSTANTIATE_TEST_SUITE_P(
                       Config{"ThreeWorkersPrefetch3OwnGenerator", 3, false, 3, true, WorkerMode::Process},
                       Config{"TwoPersistentInProcessOwnGenerator", 2, true, 0, true, WorkerMode::InProcess}),
     [](const ::testing::TestParamInfo<Config>& i) { return std::string(i.param.name); });
+
+/// Batches of 4 of an IterableDataset (no shuffle), `workers` workers, a 60 s timeout.
+DataLoaderOptions streamed(const Config& c) {
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = c.workers;
+  o.persistent_workers = c.persistent;
+  if (c.prefetch) o.prefetch_factor = c.prefetch;
+  if (c.own_generator) o.generator = std::make_shared<Generator>(1234);
+  o.worker_mode = c.mode;
+  o.timeout = 60;
+  return o;
+}
+
+class IterableCheckpoint : public ::testing::TestWithParam<Config> {};
+
+// An IterableDataset's epoch is resumed by running it again from its start (its
+// position lives in its own stream) and dropping what was given out: byte for byte the
+// rest of the epoch, and the next epoch, for a stream with random augmentation.
+TEST_P(IterableCheckpoint, AResumedEpochAndTheNextOneAreByteIdenticalToRunningThrough) {
+  const Config c = GetParam();
+  loader::testing::LeakCheck leaks;
+  const int64_t n = 50;
+  std::vector<std::string> epoch1, epoch2;
+  {
+    manual_seed(11);
+    DataLoader dl(random_stream(n), streamed(c));
+    epoch1 = epoch_bytes(dl);
+    epoch2 = epoch_bytes(dl);
+  }
+  ASSERT_GE(epoch1.size(), 13u);
+  ASSERT_FALSE(epoch1 == epoch2) << "the workers' draws differ from epoch to epoch";
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{6}, epoch1.size() - 1, epoch1.size()}) {
+    SCOPED_TRACE("checkpoint after " + std::to_string(cut) + " of " + std::to_string(epoch1.size()) + " batches");
+    Value state;
+    {
+      manual_seed(11);
+      DataLoader dl(random_stream(n), streamed(c));
+      auto it = dl.iter();
+      for (size_t k = 0; k < cut; ++k) ASSERT_TRUE(bytes_of(*it.next()) == epoch1[k]);
+      if (cut == epoch1.size()) {
+        ASSERT_FALSE(it.next().has_value());  // an epoch that ended
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // workers run ahead
+      state = through_pt(it.state_dict());
+      EXPECT_EQ(state.at("batches_consumed").to_int(), static_cast<int64_t>(cut));
+      EXPECT_EQ(state.at("finished").to_bool(), cut == epoch1.size());
+    }
+    manual_seed(999);
+    DataLoader resumed(random_stream(n), streamed(c));
+    resumed.load_state_dict(state);
+    if (cut < epoch1.size()) {
+      auto it = resumed.iter();
+      EXPECT_EQ(it.batches_yielded(), static_cast<int64_t>(cut));
+      expect_rest(epoch_bytes(it), epoch1, cut);
+    }
+    const std::vector<std::string> next = epoch_bytes(resumed);
+    ASSERT_EQ(next.size(), epoch2.size());
+    for (size_t k = 0; k < next.size(); ++k) EXPECT_TRUE(next[k] == epoch2[k]) << "the next epoch's batch " << k;
+  }
+  EXPECT_EQ(leaks.new_segments(), "");
+  EXPECT_EQ(leaks.new_children(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, IterableCheckpoint,
+    ::testing::Values(Config{"NoWorkers", 0, false, 0, false, WorkerMode::Process},
+                      Config{"TwoWorkers", 2, false, 0, false, WorkerMode::Process},
+                      Config{"TwoPersistentWorkers", 2, true, 0, false, WorkerMode::Process},
+                      Config{"ThreeWorkersPrefetch3OwnGenerator", 3, false, 3, true, WorkerMode::Process},
+                      Config{"TwoPersistentInProcess", 2, true, 0, false, WorkerMode::InProcess}),
+    [](const ::testing::TestParamInfo<Config>& i) { return std::string(i.param.name); });
+
+TEST(CheckpointLoader, PersistentIterableWorkersResumeFromAnEpochsEndAndRefuseALaterEpochsMiddle) {
+  const Config c{"persistent", 2, true, 0, false, WorkerMode::Process};
+  const int64_t n = 30;
+  std::vector<std::string> e1, e2, e3;
+  {
+    manual_seed(5);
+    DataLoader dl(random_stream(n), streamed(c));
+    e1 = epoch_bytes(dl);
+    e2 = epoch_bytes(dl);
+    e3 = epoch_bytes(dl);
+  }
+  Value after_epoch;
+  {
+    manual_seed(5);
+    DataLoader dl(random_stream(n), streamed(c));
+    EXPECT_TRUE(epoch_bytes(dl) == e1);
+    after_epoch = through_pt(dl.state_dict());
+    auto it = dl.iter();  // the pool's second epoch: its workers' streams went on from the first
+    ASSERT_TRUE(bytes_of(*it.next()) == e2[0]);
+    const std::string why = error_of([&] { it.state_dict(); });
+    EXPECT_NE(why.find("persistent workers' streams went on from an earlier epoch"), std::string::npos) << why;
+    EXPECT_NE(why.find("take the checkpoint between epochs"), std::string::npos) << why;
+  }
+  // From the end of the first epoch: the next epochs as the persistent workers gave them.
+  Value mid_second;
+  {
+    manual_seed(77);
+    DataLoader dl(random_stream(n), streamed(c));
+    dl.load_state_dict(after_epoch);
+    auto it = dl.iter();  // its workers start from the states the first epoch left them in: known
+    for (size_t k = 0; k < 3; ++k) ASSERT_TRUE(bytes_of(*it.next()) == e2[k]);
+    mid_second = through_pt(it.state_dict());
+    expect_rest(epoch_bytes(it), e2, 3);
+    EXPECT_TRUE(epoch_bytes(dl) == e3);
+  }
+  {
+    manual_seed(78);
+    DataLoader dl(random_stream(n), streamed(c));
+    dl.load_state_dict(mid_second);
+    auto it = dl.iter();
+    expect_rest(epoch_bytes(it), e2, 3);
+    EXPECT_TRUE(epoch_bytes(dl) == e3);
+  }
+}
+
+TEST(CheckpointLoader, AnIterableCheckpointIsRefusedByOtherWorkerSettingsAndByAShorterStream) {
+  Config c{"two", 2, false, 0, false, WorkerMode::Process};
+  Value state;
+  {
+    manual_seed(1);
+    DataLoader dl(random_stream(40), streamed(c));
+    auto it = dl.iter();
+    for (int k = 0; k < 6; ++k) ASSERT_TRUE(it.next().has_value());
+    state = through_pt(it.state_dict());
+  }
+  for (int workers : {0, 1, 3}) {
+    c.workers = workers;
+    DataLoader dl(random_stream(40), streamed(c));
+    for (bool strict : {true, false}) {
+      const std::string why = error_of([&] { dl.load_state_dict(state, strict); });
+      EXPECT_NE(why.find("an IterableDataset's epoch is resumed by running it again"), std::string::npos) << why;
+    }
+  }
+  c.workers = 2;
+  {
+    // Another stream, long enough: the replay cannot tell (the checkpoint holds no data);
+    // a stream that ends before the batches given out is refused, and the plan dropped.
+    DataLoader dl(random_stream(8), streamed(c));
+    dl.load_state_dict(state);
+    const std::string why = error_of([&] { dl.iter(); });
+    EXPECT_NE(why.find("its stream ended after 2 batches, where the checkpointed iterator had given out 6"),
+              std::string::npos)
+        << why;
+    EXPECT_EQ(epoch_bytes(dl).size(), 2u) << "a plain epoch follows";
+  }
+}
 
 TEST(CheckpointLoader, StateDictAfterALoopOrABreakResumesWhereTheLoopStood) {
   // A range-for hides its iterator: DataLoader::state_dict() is the latest iterator's,
@@ -558,7 +742,7 @@ TEST(CheckpointLoader, ACheckpointThatDoesNotFitIsRefusedSayingWhatDiffersAndCha
   EXPECT_EQ(epoch_bytes(lying).size(), 2u) << "the plan is dropped: a plain epoch follows";
 }
 
-TEST(CheckpointLoader, IterableDatasetsAndOutOfOrderLoadersSayTheyCannotBeCheckpointed) {
+TEST(CheckpointLoader, OutOfOrderLoadersSayTheyCannotBeCheckpointed) {
   DataLoaderOptions o;
   o.batch_size = 4;
   o.num_workers = 2;

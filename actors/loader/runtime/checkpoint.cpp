@@ -178,6 +178,12 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
   const uint64_t workers = count_of(state, "num_workers");
   const bool persistent = flag_of(state, "persistent_workers");
   const bool same_workers = workers == static_cast<uint64_t>(o.num_workers) && persistent == o.persistent_workers;
+  if (loader.iterable && !same_workers)
+    bad("the checkpoint is of a loader with num_workers=" + std::to_string(workers) + std::string(", persistent_workers=") +
+        (persistent ? "true" : "false") + ", this one has num_workers=" + std::to_string(o.num_workers) +
+        ", persistent_workers=" + (o.persistent_workers ? "true" : "false") +
+        ": an IterableDataset's epoch is resumed by running it again, and what its workers yield depends on "
+        "these settings: use the ones of the loader checkpointed");
   if (strict && workers != static_cast<uint64_t>(o.num_workers))
     bad("the checkpoint is of a loader with num_workers=" + std::to_string(workers) + ", this one has num_workers=" +
         std::to_string(o.num_workers) +
@@ -242,13 +248,9 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
   return p;
 }
 
-bool resumable(const LoaderState& state) { return !state.iterable && state.options.in_order; }
+bool resumable(const LoaderState& state) { return state.options.in_order; }
 
 void check_resumable(const LoaderState& state, const char* what) {
-  if (state.iterable)
-    throw ValueError(std::string(what) +
-                     ": an IterableDataset's position lives in its own stream, which the loader cannot save; "
-                     "checkpoints are for map-style datasets (save your stream's position yourself)");
   if (!state.options.in_order)
     throw ValueError(std::string(what) +
                      ": with in_order=false the batches delivered so far are not a prefix of the epoch's tasks; "

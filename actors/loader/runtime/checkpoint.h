@@ -44,9 +44,10 @@ Value encode_checkpoint(const ResumePlan& plan, const LoaderState& loader);
 /// (ResumePlan::same_workers false: the workers' random streams are not resumed).
 ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams, bool strict);
 
-/// Whether the loader's epochs can be checkpointed: a map-style dataset, in_order=true.
+/// Whether the loader's epochs can be checkpointed: in_order=true (an IterableDataset's
+/// epoch is replayed from its start, DataLoader::iter_from).
 bool resumable(const LoaderState& state);
-/// ValueError, saying which of the two is missing, unless resumable(state).
+/// ValueError saying why, unless resumable(state).
 void check_resumable(const LoaderState& state, const char* what);
 
 }  // namespace loader

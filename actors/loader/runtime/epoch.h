@@ -78,6 +78,9 @@ class EpochBackend {
   virtual std::vector<int> worker_pids() { return {}; }
   /// Ends the epoch now (its next() returns nullopt from then on).
   virtual void end() {}
+  /// The epoch is over: it ended, or an error ended it (a worker that died, a timeout);
+  /// an error of one batch leaves it going.
+  virtual bool finished() const { return false; }
   /// Fills the stage figures of `out` (tasks, in flight, ready, workers, waits);
   /// the Iterator fills batches and next_s.
   virtual void stats(EpochStats& out) const = 0;

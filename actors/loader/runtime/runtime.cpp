@@ -229,6 +229,7 @@ class MultiProcessEpoch final : public EpochBackend {
   ~MultiProcessEpoch() override { finish(); }
 
   void end() override { finish(); }
+  bool finished() const override { return finished_; }
 
   std::vector<int> worker_pids() override { return pool_ ? pool_->pipeline().pids() : std::vector<int>{}; }
 
