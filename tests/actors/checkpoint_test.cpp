@@ -39,8 +39,9 @@ std::shared_ptr<Dataset> random_draws(int64_t n) {
 }
 
 /// An IterableDataset with random augmentation: sample v = (float64[4] drawn from the
-/// default generator, int64 v) for v in [first, first + n), split between the workers as
-/// in PyTorch's docs (worker w yields [w*per, min((w+1)*per, n))).  In a worker the
+/// default generator, int64 first + v) for v in [0, n), split between the workers as in
+/// PyTorch's docs (worker w yields [w*per, min((w+1)*per, n))), each worker's share in an
+/// order its iter() draws (a shuffling stream: iter() draws too).  In a worker the
 /// generator is the worker's.  `first` lets a test change the stream (other data).
 class RandomStream : public IterableDataset {
  public:
@@ -52,11 +53,15 @@ class RandomStream : public IterableDataset {
       lo = std::min<int64_t>(n_, info->id * per);
       hi = std::min<int64_t>(n_, lo + per);
     }
-    return make_cursor<Value>([v = lo, hi, first = first_]() mutable -> std::optional<Value> {
-      if (v >= hi) return std::nullopt;
+    std::vector<int64_t> order;
+    for (int64_t v = lo; v < hi; ++v) order.push_back(first_ + v);
+    for (size_t i = order.size(); i > 1; --i)
+      std::swap(order[i - 1], order[default_generator().random64() % i]);
+    return make_cursor<Value>([order = std::move(order), k = size_t{0}]() mutable -> std::optional<Value> {
+      if (k >= order.size()) return std::nullopt;
       std::vector<double> x(4);
       for (auto& d : x) d = static_cast<double>(default_generator().random64());
-      return Value::tuple({Value(Tensor::from_vector(x)), Value(first + v++)});
+      return Value::tuple({Value(Tensor::from_vector(x)), Value(order[k++])});
     });
   }
 
@@ -261,6 +266,24 @@ INSTANTIATE_TEST_SUITE_P(
                       Config{"ThreeWorkersPrefetch3OwnGenerator", 3, false, 3, true, WorkerMode::Process},
                       Config{"TwoPersistentInProcess", 2, true, 0, false, WorkerMode::InProcess}),
     [](const ::testing::TestParamInfo<Config>& i) { return std::string(i.param.name); });
+
+// Fresh-worker epochs re-initialise the last epoch's processes: their iterable streams
+// are made once, at Init, as new processes make them (a second iter() on an Epoch frame
+// drew the shuffling stream's order twice, so a later epoch differed from PyTorch's).
+TEST(NonPersistentWorkers, AnIterableStreamIsMadeOnceAnEpochAsNewWorkersMakeIt) {
+  const Config c{"two", 2, false, 0, true, WorkerMode::Process};
+  DataLoaderOptions o = streamed(c);
+  DataLoader dl(random_stream(30), o);
+  const std::vector<std::string> e1 = epoch_bytes(dl);
+  DataLoaderOptions fresh_options = o;
+  fresh_options.generator = std::make_shared<Generator>(*o.generator);  // as the first epoch left it
+  const std::vector<std::string> e2 = epoch_bytes(dl);  // the re-initialised pool
+  DataLoader fresh(random_stream(30), fresh_options);    // a new pool, its first epoch
+  const std::vector<std::string> fresh2 = epoch_bytes(fresh);
+  ASSERT_FALSE(e1 == e2);
+  ASSERT_EQ(e2.size(), fresh2.size());
+  for (size_t k = 0; k < e2.size(); ++k) EXPECT_TRUE(e2[k] == fresh2[k]) << "batch " << k;
+}
 
 TEST(CheckpointLoader, PersistentIterableWorkersResumeFromAnEpochsEndAndRefuseALaterEpochsMiddle) {
   const Config c{"persistent", 2, true, 0, false, WorkerMode::Process};

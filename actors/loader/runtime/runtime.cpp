@@ -221,7 +221,11 @@ class MultiProcessEpoch final : public EpochBackend {
     }
     // On persistent workers a live epoch of an older iterator ends here: the
     // pipeline's epoch id moves on, and that iterator's next() returns the end.
-    epoch_ = pool_->pipeline().begin_epoch(std::move(source), pool_->epochs > 0, std::move(resume));
+    // Only persistent workers carry their iterable streams over into this epoch: they
+    // make them again (an Epoch frame).  Re-initialised workers made theirs at Init, as
+    // new processes do, once (a dataset's iter() may draw random numbers).
+    const bool carried_over = s.options.persistent_workers && pool_->epochs > 0;
+    epoch_ = pool_->pipeline().begin_epoch(std::move(source), carried_over, std::move(resume));
     ++pool_->epochs;
     timeout_ = s.options.timeout;
   }

@@ -139,6 +139,12 @@ void WorkerCore::reset_epoch() {
   }
 }
 
+bool WorkerCore::set_generator_state(const std::string& state) {
+  if (!generator_.set_state(state)) return false;
+  if (config_.iterable) reset_epoch();
+  return true;
+}
+
 WorkerReply WorkerCore::error_reply(uint64_t task, const std::string& type, const std::string& what) const {
   WorkerReply r;
   r.kind = WorkerReply::Kind::Error;

@@ -80,6 +80,11 @@ class WorkerCore {
   WorkerReply use_slab(uint64_t task, uint64_t slab);
   /// Starts a new epoch for persistent workers: iterable streams begin again.
   void reset_epoch();
+  /// Sets the worker's generator to `state` (a SetRng frame); false, changing nothing,
+  /// when it is not a generator state.  For an IterableDataset the state is the one its
+  /// epoch begins with (an iterable epoch is only ever resumed from its start), so the
+  /// stream is made again from it, as reset_epoch() does: the dataset's iter() may draw.
+  bool set_generator_state(const std::string& state);
 
   const WorkerInfo& info() const { return info_; }
   /// The worker's default generator (its random stream; saved and restored across restarts).

@@ -113,7 +113,7 @@ int run_worker_loop(int sock, pid_t parent) {
           if (!core) throw RuntimeError("SetRng before Init");
           uint64_t task = in.u64();
           if (in.remaining() != Generator::kStateBytes) throw RuntimeError("SetRng frame of the wrong size");
-          if (!core->generator().set_state(std::string(in.pos(), Generator::kStateBytes)))
+          if (!core->set_generator_state(std::string(in.pos(), Generator::kStateBytes)))
             throw RuntimeError("SetRng frame without a generator state (an engine index out of range)");
           // Recorded at once: if this incarnation dies before `task` starts, the next
           // one resumes from the same state.
