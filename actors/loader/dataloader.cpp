@@ -297,6 +297,8 @@ Value DataLoader::state_dict() const {
     p = static_cast<const Iterator*>(s.latest_iterator)->plan();
   } else if (s.latest_plan) {
     p = *s.latest_plan;
+  } else if (!s.latest_plan_error.empty()) {
+    throw ValueError("DataLoader.state_dict(): the latest epoch left no checkpoint: " + s.latest_plan_error);
   } else {
     // No epoch yet: the next iter() is the first.
     p.finished = true;
@@ -379,10 +381,13 @@ void DataLoader::Iterator::leave_latest() noexcept {
   if (!state_ || state_->latest_iterator != this) return;
   state_->latest_iterator = nullptr;
   // The loader keeps where its latest epoch stood (DataLoader::state_dict).
+  state_->latest_plan_error.clear();
   try {
     if (resumable(*state_)) state_->latest_plan = plan();
-  } catch (const std::exception&) {
-    state_->latest_plan.reset();  // a pool that failed: nothing to resume from
+  } catch (const std::exception& e) {
+    // Nothing to resume from (a pool that failed, an epoch whose start is not known).
+    state_->latest_plan.reset();
+    state_->latest_plan_error = e.what();
   }
 }
 

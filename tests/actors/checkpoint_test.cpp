@@ -302,11 +302,19 @@ TEST(CheckpointLoader, PersistentIterableWorkersResumeFromAnEpochsEndAndRefuseAL
     DataLoader dl(random_stream(n), streamed(c));
     EXPECT_TRUE(epoch_bytes(dl) == e1);
     after_epoch = through_pt(dl.state_dict());
-    auto it = dl.iter();  // the pool's second epoch: its workers' streams went on from the first
-    ASSERT_TRUE(bytes_of(*it.next()) == e2[0]);
-    const std::string why = error_of([&] { it.state_dict(); });
-    EXPECT_NE(why.find("persistent workers' streams went on from an earlier epoch"), std::string::npos) << why;
-    EXPECT_NE(why.find("take the checkpoint between epochs"), std::string::npos) << why;
+    {
+      auto it = dl.iter();  // the pool's second epoch: its workers' streams went on from the first
+      ASSERT_TRUE(bytes_of(*it.next()) == e2[0]);
+      const std::string why = error_of([&] { it.state_dict(); });
+      EXPECT_NE(why.find("persistent workers' streams went on from an earlier epoch"), std::string::npos) << why;
+      EXPECT_NE(why.find("take the checkpoint between epochs"), std::string::npos) << why;
+    }
+    // The iterator left mid-epoch: the loader's checkpoint says why there is none.
+    const std::string why = error_of([&] { dl.state_dict(); });
+    EXPECT_NE(why.find("the latest epoch left no checkpoint"), std::string::npos) << why;
+    EXPECT_NE(why.find("persistent workers' streams went on"), std::string::npos) << why;
+    EXPECT_EQ(epoch_bytes(dl).size(), e3.size()) << "the loader goes on";
+    EXPECT_NO_THROW(dl.state_dict()) << "an epoch that ended is a checkpoint again";
   }
   // From the end of the first epoch: the next epochs as the persistent workers gave them.
   Value mid_second;

@@ -118,6 +118,8 @@ class LoaderState {
   /// where it stood when it went (DataLoader::state_dict; streams_now left empty).
   const void* latest_iterator = nullptr;
   std::optional<ResumePlan> latest_plan;
+  /// Why the latest iterator left no plan (DataLoader::state_dict says it).
+  std::string latest_plan_error;
   /// The collate function to use in this process.
   CollateFn collate() const;
   Generator& generator() const;
