@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -233,17 +234,16 @@ int run_memcpy(const BenchOptions& o) {
 /// Iterator::state_dict() is timed, the dict written with pt::save_bytes; the rest of
 /// the epoch is checksummed.  A new loader then loads the checkpoint and resumes:
 /// load_state_dict + iter() + the first batch are timed (the replay of the sampler and,
-/// without persistent workers' pool, the workers' start), and the rest of the epoch must
-/// have the same checksum.
-int run_checkpoint(const std::shared_ptr<Dataset>& ds, const DataLoaderOptions& opts, const std::string& tag) {
-  if (!ds) throw UsageError("--checkpoint: map-style workloads only (W1, W2, W3)");
-  int64_t half = 0;
+/// without persistent workers' pool, the workers' start; for W4, an IterableDataset, the
+/// epoch's first half run again), and the rest of the epoch must have the same checksum.
+int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int64_t batches, const std::string& tag) {
+  const int64_t half = batches / 2;
   std::string bytes;
   double state_s = 0, save_s = 0;
   uint64_t rest_sum = 0;
   {
-    DataLoader dl(ds, opts);
-    half = dl.size() / 2;
+    std::unique_ptr<DataLoader> loader = make();
+    DataLoader& dl = *loader;
     DataLoader::Iterator it = dl.iter();
     for (int64_t k = 0; k < half; ++k) it.next();
     auto t0 = Clock::now();
@@ -257,7 +257,8 @@ int run_checkpoint(const std::shared_ptr<Dataset>& ds, const DataLoaderOptions& 
   uint64_t resumed_sum = 0;
   double load_s = 0, first_s = 0, rest_s = 0;
   {
-    DataLoader dl(ds, opts);
+    std::unique_ptr<DataLoader> loader = make();
+    DataLoader& dl = *loader;
     auto t0 = Clock::now();
     dl.load_state_dict(pt::load_bytes(bytes));
     load_s = seconds_since(t0);
@@ -489,7 +490,12 @@ int run_bench(const BenchOptions& o) {
     }
   }
   dl.reset();
-  if (o.checkpoint && status == 0) status = run_checkpoint(map_ds, opts, tag);
+  if (o.checkpoint && status == 0) {
+    auto make = [&]() {
+      return wl.iterable ? std::make_unique<DataLoader>(iter_ds, opts) : std::make_unique<DataLoader>(map_ds, opts);
+    };
+    status = run_checkpoint(make, want_batches, tag);
+  }
   mem.stop();
   return status;
 }
@@ -516,7 +522,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--verify", o->verify, "also checksum every byte of every batch (timings not comparable)");
   cmd->add_flag("--checkpoint", o->checkpoint,
                 "then time a mid-epoch checkpoint (state_dict) and its resume in a new loader, checking that the "
-                "resumed batches are the same bytes (map-style workloads)");
+                "resumed batches are the same bytes (W4, an IterableDataset, resumes by running its epoch again)");
   cmd->add_option("--max-worker-restarts", o->max_worker_restarts, "max_worker_restarts (default 0)")->check(kInt64);
   cmd->add_option("--timeout", o->timeout, "timeout in seconds (default 0: none)");
   auto* memcpy = cmd->add_flag("--memcpy", o->memcpy, "measure this machine's copy bandwidth instead");
