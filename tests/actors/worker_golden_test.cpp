@@ -144,6 +144,24 @@ class ErrorInIter : public IterableDataset {
 };
 LOADER_REGISTER_ITERABLE_DATASET("golden_error_in_iter", [](const Value&) { return std::make_shared<ErrorInIter>(); });
 
+/// A stream of 4 values per worker whose iter() raises ValueError from its second call
+/// on (in each copy): a persistent worker's second epoch.
+class ErrorInSecondIter : public IterableDataset {
+ public:
+  std::unique_ptr<Cursor<Value>> iter() override {
+    if (++calls_ >= 2) throw ValueError("Error in __iter__, call " + std::to_string(calls_));
+    return make_cursor<Value>([k = int64_t{0}]() mutable -> std::optional<Value> {
+      if (k >= 4) return std::nullopt;
+      return Value(k++);
+    });
+  }
+
+ private:
+  int calls_ = 0;
+};
+LOADER_REGISTER_ITERABLE_DATASET("golden_error_in_second_iter",
+                                 [](const Value&) { return std::make_shared<ErrorInSecondIter>(); });
+
 /// PyTorch's ErrorDataset (D90): a length but no __getitem__.
 class NoGetItem : public Dataset {
  public:
@@ -590,6 +608,26 @@ TEST_F(TorchWorkerCases, D89_ErrorInIterIsRaisedInTheMainThread) {
     } catch (const RuntimeError& e) {
       EXPECT_NE(std::string(e.what()).find("Error in __iter__"), std::string::npos) << e.what();
     }
+  }
+}
+
+TEST_F(TorchWorkerCases, D89_ErrorInIterOfAPersistentWorkersLaterEpochIsItsOwnError) {
+  DataLoaderOptions o;
+  o.num_workers = 2;
+  o.persistent_workers = true;
+  o.timeout = 60;
+  DataLoader dl(make_iterable_dataset({"golden_error_in_second_iter", Value::dict({})}), o);
+  EXPECT_EQ(run_epoch(dl).size(), 8u);
+  try {
+    (void)run_epoch(dl);
+    ADD_FAILURE() << "no error in the second epoch";
+  } catch (const ValueError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("failed as its epoch began (the IterableDataset's iter()): ValueError: Error in __iter__, call 2"),
+              std::string::npos)
+        << m;
+    EXPECT_EQ(m.find("protocol"), std::string::npos) << m;
+    EXPECT_EQ(m.find("failed to start"), std::string::npos) << m;
   }
 }
 

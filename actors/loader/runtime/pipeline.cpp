@@ -724,8 +724,9 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
           Reader in(f.body);
           std::string type = in.string();
           std::string message = in.string();
+          const std::string when = in.remaining() ? in.string() : std::string("to start");
           worker_failed_locked(worker, type,
-                               "DataLoader worker " + std::to_string(worker) + " failed to start: " + type + ": " + message);
+                               "DataLoader worker " + std::to_string(worker) + " failed " + when + ": " + type + ": " + message);
           notify_locked();
           return;
         }

@@ -41,12 +41,18 @@ bool send_reply(int sock, const WorkerReply& r, WorkerRingEnd* ring) {
   return write_frame(sock, static_cast<FrameType>(type), body);
 }
 
-bool send_error(int sock, const std::string& type, const std::string& message) {
+/// The worker's fatal error (InitError frame): `type` and `message` of what failed, and
+/// `when` it failed, if not at start (the parent words its error with it).
+bool send_error(int sock, const std::string& type, const std::string& message, const std::string& when = "") {
   std::string body;
   put_string(body, type);
   put_string(body, message);
+  if (!when.empty()) put_string(body, when);
   return write_frame(sock, FrameType::InitError, body);
 }
+
+/// What the dataset's iter() threw when a stream was made again.
+constexpr const char* kStreamAgain = "as its epoch began (the IterableDataset's iter())";
 
 }  // namespace
 
@@ -113,8 +119,14 @@ int run_worker_loop(int sock, pid_t parent) {
           if (!core) throw RuntimeError("SetRng before Init");
           uint64_t task = in.u64();
           if (in.remaining() != Generator::kStateBytes) throw RuntimeError("SetRng frame of the wrong size");
-          if (!core->set_generator_state(std::string(in.pos(), Generator::kStateBytes)))
-            throw RuntimeError("SetRng frame without a generator state (an engine index out of range)");
+          bool set = false;
+          try {
+            set = core->set_generator_state(std::string(in.pos(), Generator::kStateBytes));
+          } catch (const Error& e) {  // an iterable dataset's iter(), made again from the state
+            send_error(sock, e.python_type(), e.what(), kStreamAgain);
+            return 1;
+          }
+          if (!set) throw RuntimeError("SetRng frame without a generator state (an engine index out of range)");
           // Recorded at once: if this incarnation dies before `task` starts, the next
           // one resumes from the same state.
           if (state_page) state_page->write(task, RngStatePage::Before, core->generator());
@@ -160,7 +172,12 @@ int run_worker_loop(int sock, pid_t parent) {
           break;
         }
         case FrameType::Epoch:
-          if (core) core->reset_epoch();
+          try {
+            if (core) core->reset_epoch();
+          } catch (const Error& e) {  // the dataset's iter(): its own error, as at Init
+            send_error(sock, e.python_type(), e.what(), kStreamAgain);
+            return 1;
+          }
           break;
         case FrameType::Shutdown: return 0;
         default: throw RuntimeError(std::string("unexpected frame ") + frame_type_name(f.type));
