@@ -393,22 +393,23 @@ void DataLoader::Iterator::leave_latest() noexcept {
 
 ResumePlan DataLoader::Iterator::plan() const {
   check_resumable(*state_, "DataLoader.state_dict()");
+  const int workers = state_->options.num_workers;
+  ResumePlan p;
+  p.finished = !backend_;
+  p.streams_at_start = start_.streams;
+  p.base_seed_drawn = start_.base_seed_drawn;
+  p.base_seed = start_.base_seed;
+  p.pool_alive = workers > 0 && state_->options.persistent_workers;
   if (state_->iterable && backend_) {
     // Replayed from its start on resume (iter_from): what it needs is how the epoch
-    // began and how many batches were given out.
-    const int workers = state_->options.num_workers;
+    // began and how many results were taken.
     if (workers > 0 && !start_.iterable_rng)
       throw ValueError(
           "DataLoader.state_dict(): an IterableDataset's epoch is resumed by running it again from its start, which "
           "needs each worker's random stream as the epoch began; persistent workers' streams went on from an earlier "
           "epoch and were not recorded then: take the checkpoint between epochs (after an epoch ended: the next one "
           "resumes exactly), or in the loader's first epoch, or use persistent_workers=false");
-    ResumePlan p;
     p.consumed = p.sampled = taken_;
-    p.streams_at_start = start_.streams;
-    p.base_seed_drawn = start_.base_seed_drawn;
-    p.base_seed = start_.base_seed;
-    p.pool_alive = workers > 0 && state_->options.persistent_workers;
     if (workers > 0) p.worker_rng = *start_.iterable_rng;
     return p;
   }
@@ -416,14 +417,8 @@ ResumePlan DataLoader::Iterator::plan() const {
   if (!pos.exact)
     throw ValueError("DataLoader.state_dict(): prefetch_factor * num_workers is above 1023, more tasks in flight than "
                      "the workers' state pages record: lower prefetch_factor for a loader you checkpoint");
-  ResumePlan p;
-  p.finished = !backend_;
   p.consumed = start_.consumed + pos.consumed;
   p.sampled = start_.consumed + std::max(pos.sent, start_.pending);
-  p.streams_at_start = start_.streams;
-  p.base_seed_drawn = start_.base_seed_drawn;
-  p.base_seed = start_.base_seed;
-  p.pool_alive = state_->options.num_workers > 0 && state_->options.persistent_workers;
   p.worker_rng = std::move(pos.worker_rng);
   if (state_->iterable) p.consumed = p.sampled = taken_;  // finished: its batches
   return p;

@@ -112,6 +112,12 @@ void expect_rest(const std::vector<std::string>& rest, const std::vector<std::st
   for (size_t k = 0; k < rest.size(); ++k) EXPECT_TRUE(rest[k] == reference[cut + k]) << "batch " << cut + k;
 }
 
+/// The epoch after a resumed one against the same epoch run through.
+void expect_next_epoch(const std::vector<std::string>& next, const std::vector<std::string>& reference) {
+  ASSERT_EQ(next.size(), reference.size());
+  for (size_t k = 0; k < next.size(); ++k) EXPECT_TRUE(next[k] == reference[k]) << "the next epoch's batch " << k;
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -178,9 +184,7 @@ TEST_P(Checkpoint, AResumedEpochAndTheNextOneAreByteIdenticalToRunningThrough) {
     EXPECT_EQ(it.batches_yielded(), static_cast<int64_t>(cut));
     const std::vector<std::string> rest = epoch_bytes(it);
     expect_rest(rest, epoch1, cut);
-    const std::vector<std::string> next = epoch_bytes(resumed);
-    ASSERT_EQ(next.size(), epoch2.size());
-    for (size_t k = 0; k < next.size(); ++k) EXPECT_TRUE(next[k] == epoch2[k]) << "the next epoch's batch " << k;
+    expect_next_epoch(epoch_bytes(resumed), epoch2);
   }
   EXPECT_EQ(leaks.new_segments(), "");
   EXPECT_EQ(leaks.new_children(), "");
@@ -195,16 +199,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Config{"TwoPersistentInProcessOwnGenerator", 2, true, 0, true, WorkerMode::InProcess}),
     [](const ::testing::TestParamInfo<Config>& i) { return std::string(i.param.name); });
 
-/// Batches of 4 of an IterableDataset (no shuffle), `workers` workers, a 60 s timeout.
+/// options_of(c) for an IterableDataset: no shuffle.
 DataLoaderOptions streamed(const Config& c) {
-  DataLoaderOptions o;
-  o.batch_size = 4;
-  o.num_workers = c.workers;
-  o.persistent_workers = c.persistent;
-  if (c.prefetch) o.prefetch_factor = c.prefetch;
-  if (c.own_generator) o.generator = std::make_shared<Generator>(1234);
-  o.worker_mode = c.mode;
-  o.timeout = 60;
+  DataLoaderOptions o = options_of(c);
+  o.shuffle.reset();
   return o;
 }
 
@@ -250,9 +248,7 @@ TEST_P(IterableCheckpoint, AResumedEpochAndTheNextOneAreByteIdenticalToRunningTh
       EXPECT_EQ(it.batches_yielded(), static_cast<int64_t>(cut));
       expect_rest(epoch_bytes(it), epoch1, cut);
     }
-    const std::vector<std::string> next = epoch_bytes(resumed);
-    ASSERT_EQ(next.size(), epoch2.size());
-    for (size_t k = 0; k < next.size(); ++k) EXPECT_TRUE(next[k] == epoch2[k]) << "the next epoch's batch " << k;
+    expect_next_epoch(epoch_bytes(resumed), epoch2);
   }
   EXPECT_EQ(leaks.new_segments(), "");
   EXPECT_EQ(leaks.new_children(), "");
