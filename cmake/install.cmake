@@ -23,16 +23,13 @@ install(TARGETS ${LOADER_INSTALL_TARGETS}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 # Public headers.  libloader/loader/detail/ (internal) and actors/loader/runtime/
-# (the runtime's private headers, which no public header includes) stay out, except
-# runtime/worker_main.h, a forwarding header kept for programs that include the
-# entry point's old path (loader/worker_main.h is where it lives).
+# (the runtime's private headers, which no public header includes) stay out: of the
+# runtime, only loader/dataloader.h and loader/worker_main.h are public.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/libloader/loader ${PROJECT_SOURCE_DIR}/datasets/loader
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h" PATTERN "detail" EXCLUDE)
 install(FILES ${PROJECT_SOURCE_DIR}/actors/loader/dataloader.h ${PROJECT_SOURCE_DIR}/actors/loader/worker_main.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/loader)
-install(FILES ${PROJECT_SOURCE_DIR}/actors/loader/runtime/worker_main.h
-  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/loader/runtime)
 
 install(EXPORT loaderTargets NAMESPACE loader:: DESTINATION ${LOADER_CMAKE_DIR})
 
@@ -70,7 +67,6 @@ function(loader_pc_lib out path)
 endfunction()
 
 set(LOADER_PC_DEPS "")
-loader_pc_lib(LOADER_PC_DEPS "${CAF_IO_LIBRARY}")
 loader_pc_lib(LOADER_PC_DEPS "${CAF_CORE_LIBRARY}")
 if(LOADER_HAVE_OPENSSL)
   loader_pc_lib(LOADER_PC_DEPS "${OPENSSL_CRYPTO_LIBRARY}")

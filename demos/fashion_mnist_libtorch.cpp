@@ -47,7 +47,7 @@
 #include "loader/error.h"
 #include "loader/fashion_mnist.h"
 #include "loader/generator.h"
-#include "loader/runtime/worker_main.h"
+#include "loader/worker_main.h"
 #include "loader/samplers.h"
 #include "loader/serialization/pt.h"
 #include "loader/torch.h"

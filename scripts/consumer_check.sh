@@ -48,10 +48,10 @@ rm -rf "$prefix"
 step "cmake --install $build --prefix $prefix"
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 inc="$prefix/include/loader"
-for f in dataloader.h dataset.h registration.h worker_main.h runtime/worker_main.h fashion_mnist.h idx.h serialization/pt.h; do
+for f in dataloader.h dataset.h registration.h worker_main.h fashion_mnist.h idx.h serialization/pt.h; do
   [ -f "$inc/$f" ] || die "the installed headers lack loader/$f"
 done
-private=$(cd "$inc" && ls runtime detail 2>/dev/null | grep -v '^worker_main.h$' | grep -v ':$' | grep . || true)
+private=$(cd "$inc" && ls runtime detail 2>/dev/null | grep -v ':$' | grep . || true)
 [ -z "$private" ] || die "private headers were installed: $private"
 config_dir=$(dirname "$(find "$prefix" -name loaderConfig.cmake | head -1)")
 [ -f "$config_dir/loaderConfigVersion.cmake" ] && [ -f "$config_dir/FindCAF.cmake" ] || die "incomplete package in $config_dir"

@@ -13,7 +13,7 @@
 #include "deterministic_system.h"
 #include "loader/runtime/pipeline.h"
 #include "loader/runtime/pool_actor.h"
-#include "loader/runtime/worker_actor.h"
+#include "loader/runtime/slot_actor.h"
 
 namespace loader::runtime {
 namespace {
@@ -48,8 +48,8 @@ class ControlActors : public ::testing::Test {
 };
 
 TEST_F(ControlActors, ADownRestartsThatIncarnationOnlyWhenItsWorkersActorHandlesIt) {
-  auto w1 = spawn_worker_actor(sys_, fake_, 1);
-  auto w0 = spawn_worker_actor(sys_, fake_, 0);
+  auto w1 = spawn_slot_actor(sys_, fake_, 1);
+  auto w0 = spawn_slot_actor(sys_, fake_, 0);
   sched_.run();
   caf::anon_send(w1, down_atom::value, uint32_t{3});
   caf::anon_send(w0, flush_atom::value);
@@ -102,7 +102,7 @@ TEST_F(ControlActors, EveryTickTheWatchdogLooksAtEveryWorkerAndTheNextTickIsSche
 
 TEST_F(ControlActors, AnExceptionBecomesTheLoadersFatalErrorNamingTheWorkerAndTheActorGoesOn) {
   fake_->throw_on_restart = true;
-  auto w = spawn_worker_actor(sys_, fake_, 2);
+  auto w = spawn_slot_actor(sys_, fake_, 2);
   sched_.run();
   caf::anon_send(w, down_atom::value, uint32_t{1});
   caf::anon_send(w, flush_atom::value);

@@ -90,22 +90,23 @@ namespace {
 /// The threads CAF's actor system starts in its constructor: 2 scheduler workers
 /// (RuntimeConfig), its clock, and one more for detached work.
 constexpr int kSystemThreads = 4;
+}  // namespace
 
-/// Starts kSystemThreads threads and joins them.  CAF's constructor unwinds a thread
+/// Starts `count` threads and joins them.  CAF's constructor unwinds a thread
 /// it could not start by destroying the ones it already started, still joinable, and
 /// that calls std::terminate (measured: an address-space limit, `prlimit --as`, just
 /// above what the process maps; a pids cgroup of 2 to 5 tasks).  Failing here first
 /// turns that abort into a clear error; glibc keeps the stacks and arenas of these
 /// threads for the next ones, so CAF's threads, started right after, find them.
-void probe_system_threads() {
+void probe_system_threads(int count) {
   std::mutex mu;
   std::condition_variable cv;
   bool release = false;
   std::vector<std::thread> threads;
-  std::vector<pid_t> tids(kSystemThreads, 0);
+  std::vector<pid_t> tids(static_cast<size_t>(count), 0);
   std::string failure;
   try {
-    for (int i = 0; i < kSystemThreads; ++i) {
+    for (int i = 0; i < count; ++i) {
       threads.emplace_back([&, i] {
         void* p = std::malloc(64);  // the thread's malloc arena, as CAF's would make
         std::free(p);
@@ -137,9 +138,8 @@ void probe_system_threads() {
   }
   if (!failure.empty())
     throw RuntimeError("DataLoader: cannot start the actor system: " + std::to_string(threads.size()) + " of its " +
-                       std::to_string(kSystemThreads) + " threads could be created (" + failure + ")");
+                       std::to_string(count) + " threads could be created (" + failure + ")");
 }
-}  // namespace
 
 std::shared_ptr<caf::actor_system> acquire_system() {
   static std::mutex mu;
@@ -153,7 +153,7 @@ std::shared_ptr<caf::actor_system> acquire_system() {
     char* argv[] = {arg0, nullptr};
     cfg->parse(1, argv);  // without an argv CAF reads no config file
   }
-  probe_system_threads();
+  probe_system_threads(kSystemThreads);
   std::shared_ptr<caf::actor_system> sys;
   try {
     sys = std::make_shared<caf::actor_system>(*cfg);

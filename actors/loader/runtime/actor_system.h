@@ -19,6 +19,12 @@ class RuntimeConfig : public caf::actor_system_config {
 /// CAF cannot start (e.g. no thread can be created under the process's limit).
 std::shared_ptr<caf::actor_system> acquire_system();
 
+/// Starts `count` threads and joins them, waiting until the kernel has counted them
+/// out again: CAF's actor system calls std::terminate when it cannot start one of its
+/// threads, so a process builds one only after this succeeded.  Throws RuntimeError
+/// naming the thread and process limits when a thread cannot be created.
+void probe_system_threads(int count);
+
 /// A holder of the actor system that may still live when exit() runs: a worker pool
 /// whose owner is a static (a DataLoader in a global or a function's static) is
 /// destroyed during exit, after statics CAF made lazily are gone, and tearing CAF

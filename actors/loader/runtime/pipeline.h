@@ -29,7 +29,7 @@
 //                       slab goes out.
 //   worker actor k      restart(k), watch(k), flush(k) (WorkerControl): everything
 //                       that starts or kills worker k's process runs there or in the
-//                       application thread (worker_actor.h, pool_actor.h).
+//                       application thread (slot_actor.h, pool_actor.h).
 //
 // Locks: flush_mu of a slot (orders the frames written to one link) before mu_
 // before SlabStore's lock.  No socket write and no process wait happens under mu_.
@@ -64,7 +64,7 @@
 #include "loader/runtime/worker_rings.h"
 #include "loader/runtime/shm.h"
 #include "loader/runtime/slab_store.h"
-#include "loader/runtime/worker_actor.h"
+#include "loader/runtime/slot_actor.h"
 #include "loader/runtime/task_dispatcher.h"
 #include "loader/runtime/worker_core.h"
 #include "loader/runtime/worker_lifecycle.h"

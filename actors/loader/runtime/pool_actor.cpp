@@ -8,7 +8,7 @@ namespace {
 
 struct PoolActorState {
   std::weak_ptr<WorkerControl> control;
-  std::vector<worker_actor> workers;
+  std::vector<slot_actor> workers;
   std::chrono::milliseconds tick{0};
   static inline const char* name = "loader.pool";
 };
@@ -16,7 +16,7 @@ struct PoolActorState {
 using pool_pointer = pool_actor::stateful_pointer<PoolActorState>;
 
 pool_actor::behavior_type pool_behavior(pool_pointer self, std::weak_ptr<WorkerControl> control,
-                                        std::vector<worker_actor> workers, std::chrono::milliseconds tick) {
+                                        std::vector<slot_actor> workers, std::chrono::milliseconds tick) {
   self->state.control = std::move(control);
   self->state.workers = std::move(workers);
   self->state.tick = tick;
@@ -46,14 +46,14 @@ pool_actor::behavior_type pool_behavior(pool_pointer self, std::weak_ptr<WorkerC
 }  // namespace
 
 pool_actor spawn_pool_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control,
-                            std::vector<worker_actor> workers, std::chrono::milliseconds tick) {
+                            std::vector<slot_actor> workers, std::chrono::milliseconds tick) {
   return sys.spawn(pool_behavior, std::move(control), std::move(workers), tick);
 }
 
 PoolActors::PoolActors(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int workers,
                        std::chrono::milliseconds tick)
     : sys_(sys) {
-  for (int k = 0; k < workers; ++k) workers_.push_back(spawn_worker_actor(sys, control, k));
+  for (int k = 0; k < workers; ++k) workers_.push_back(spawn_slot_actor(sys, control, k));
   pool_ = spawn_pool_actor(sys, std::move(control), workers_, tick);
 }
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "loader/runtime/protocol.h"
-#include "loader/runtime/worker_actor.h"
+#include "loader/runtime/slot_actor.h"
 
 namespace loader::runtime {
 
@@ -28,7 +28,7 @@ struct PipelineHooks;
 /// Spawns the pool actor over `workers`.  `tick`: the watchdog period (0: no clock,
 /// for tests that send tick_atom themselves).
 pool_actor spawn_pool_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control,
-                            std::vector<worker_actor> workers, std::chrono::milliseconds tick);
+                            std::vector<slot_actor> workers, std::chrono::milliseconds tick);
 
 class PoolActors {
  public:
@@ -54,11 +54,11 @@ class PoolActors {
   void stop();
 
   const pool_actor& pool() const noexcept { return pool_; }
-  const std::vector<worker_actor>& workers() const noexcept { return workers_; }
+  const std::vector<slot_actor>& workers() const noexcept { return workers_; }
 
  private:
   caf::actor_system& sys_;
-  std::vector<worker_actor> workers_;
+  std::vector<slot_actor> workers_;
   pool_actor pool_;
   bool exits_sent_ = false;
   bool stopped_ = false;

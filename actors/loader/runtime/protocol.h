@@ -1,45 +1,158 @@
 // The runtime's actor protocol: every message and every actor handle, in one place.
 //
-// The batch path (sampler, worker, reorder and pin stages) runs in the Pipeline
-// (pipeline.h) as method calls: a batch costs the main process no actor message
-// (docs/transport.md).  Actors own the control plane of a worker pool: what must
-// happen outside the application thread and outside the links' reader threads
-// (starting and killing processes), one mailbox per worker, and what will span
-// hosts (a worker on another machine is driven by its own worker actor):
+// The design card's messages are the types below: a task `(task_idx, indices)` goes
+// to a worker actor (`task_msg`), a result `(task_idx, batch)` comes back from it
+// (`result_msg`: the batch is a handle into a shared-memory slab, the bytes only for a
+// worker without slabs, or an error).
 //
-//   worker actor  one per worker slot (worker_actor.h): restarts its worker after a
-//                 death, writes the frames a reader thread queued for it, looks at
-//                 its process when the pool actor says so.  A restart of worker 0
-//                 (a process spawn) never delays worker 1's frames.
+//   worker actor  one per worker incarnation, hosted where the worker runs: in its
+//                 child process (a CAF actor system of its own, started by
+//                 run_worker_if_requested), or in the main process's system for
+//                 in-process workers (threads).  A thin shell over WorkerCore
+//                 (child/worker_actor.h).  Its mailbox is fed by the worker host
+//                 (child/worker_host.h), which turns the frames of the task ring and of
+//                 the socket into these messages and runs the actors on its own thread
+//                 (InlineExecutor): a task costs no thread hand-off.
+//   uplink actor  the main process as a worker actor sees it (child/uplink_actor.h):
+//                 receives the worker's results and events and writes them into the
+//                 result ring (or the socket).  A worker on another host will have an
+//                 uplink over CAF's network layer instead; the worker actor is the same.
+//   slot actor    one per worker slot in the main process (slot_actor.h): restarts its
+//                 worker after a death, writes the frames a reader thread queued for it,
+//                 looks at its process when the pool actor says so.  A restart of
+//                 worker 0 (a process spawn) never delays worker 1's frames.
 //   pool actor    one per worker pool (pool_actor.h): the 250 ms watchdog clock,
-//                 fanned out to the worker actors; supervises the worker actors (one
-//                 that stops for any reason but the pool's shutdown fails the loader
-//                 with a message naming it).
+//                 fanned out to the slot actors; supervises the slot actors (one that
+//                 stops for any reason but the pool's shutdown fails the loader with a
+//                 message naming it).
 //
-// Messages (sender -> receiver: when), atoms at most 10 characters (CAF 0.17):
+// Messages (sender -> receiver: when), atoms at most 10 characters (CAF 0.17).
 #pragma once
 
 #include <caf/all.hpp>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace loader::runtime {
 
-/// reader thread of worker k (Pipeline::on_down) -> worker actor k: incarnation `gen`
+// ---------------------------------------------------------------- the card's messages
+
+/// The slab id of a task whose batch must come back inline (its bytes in the result,
+/// decoded into the main process's heap): sent when the application waits for that
+/// batch and every slab of the worker is held by batches it keeps.
+constexpr uint64_t kInlineSlab = ~uint64_t{0};
+
+/// (task_idx, indices): main process (the sampler's dispatch, over the task ring) ->
+/// worker actor, against one credit.  `slab`: the shared-memory slab the batch goes
+/// into (0: none yet, the worker answers Need; kInlineSlab: bytes in the result).
+struct task_msg {
+  uint64_t task_idx = 0;
+  std::vector<int64_t> indices;
+  uint64_t slab = 0;
+};
+
+/// What a worker answers a task with: the batch (a handle into a slab plus its
+/// descriptors, never the tensor bytes unless the slab is kInlineSlab), the bytes it
+/// needs (a larger slab), the error of a sample, or the end of an iterable stream.
+struct WorkerReply {
+  enum class Kind : uint8_t { Result, Need, Error, IterEnd } kind = Kind::Result;
+  uint64_t task = 0;
+  uint64_t slab = 0;
+  uint64_t bytes = 0;         ///< Result: bytes used in the slab; Need: bytes required
+  std::string payload;        ///< Result: the encoded batch (descriptors into the slab)
+  std::string error_type;     ///< Error: Python-style exception type
+  std::string error_message;  ///< Error: "Caught ... in DataLoader worker process N ..."
+  /// Result, Error: nanoseconds the worker spent on the task (fetch, collate, the copy
+  /// into its slab, including a first try that answered Need): EpochStats busy_s.
+  uint64_t busy_ns = 0;
+};
+
+/// (task_idx, batch): worker actor -> uplink actor (and on, over the result ring, to
+/// the main process's reorder stage), once per task_msg or use_slab.
+struct result_msg {
+  uint64_t task_idx = 0;
+  WorkerReply batch;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, task_msg& x) {
+  return f(caf::meta::type_name("task_msg"), x.task_idx, x.indices, x.slab);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkerReply& x) {
+  return f(caf::meta::type_name("WorkerReply"), x.kind, x.task, x.slab, x.bytes, x.payload, x.error_type,
+           x.error_message, x.busy_ns);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, result_msg& x) {
+  return f(caf::meta::type_name("result_msg"), x.task_idx, x.batch);
+}
+
+// ---------------------------------------------------------------- worker actor
+
+/// worker host -> worker actor, an incarnation's first message and again when a
+/// non-persistent pool is re-initialised for an epoch: the encoded WorkerConfig (the
+/// dataset handle, seeds, options).  Answered with `ready` or `fatal`.
+using init_atom = caf::atom_constant<caf::atom("init")>;
+/// worker host -> worker actor: the generator state page (address, bytes) the host
+/// mapped; the actor records each task's state on it (rng_state_page.h).
+using page_atom = caf::atom_constant<caf::atom("page")>;
+/// worker host -> worker actor: slab `id` is mapped at (address, bytes); a size of 0
+/// drops it (the host unmaps it after the message is handled).
+using slab_atom = caf::atom_constant<caf::atom("slab")>;
+/// worker host -> worker actor: a larger slab for a task that answered Need.
+using use_slab_atom = caf::atom_constant<caf::atom("useslab")>;
+/// worker host -> worker actor: the generator state task `task` starts from (a
+/// restart, a resumed epoch).
+using set_rng_atom = caf::atom_constant<caf::atom("setrng")>;
+/// worker host -> worker actor: a new epoch of a persistent pool (iterable streams
+/// begin again).
+using epoch_atom = caf::atom_constant<caf::atom("epoch")>;
+
+/// The worker actor: where a worker's tasks are computed.
+using worker_actor = caf::typed_actor<
+    caf::reacts_to<task_msg>,
+    caf::reacts_to<use_slab_atom, uint64_t /*task*/, uint64_t /*slab*/>,
+    caf::reacts_to<init_atom, std::string /*encoded WorkerConfig*/>,
+    caf::reacts_to<page_atom, uint64_t /*address*/, uint64_t /*bytes*/>,
+    caf::reacts_to<slab_atom, uint64_t /*id*/, uint64_t /*address*/, uint64_t /*bytes; 0: dropped*/>,
+    caf::reacts_to<set_rng_atom, uint64_t /*task*/, std::string /*generator state*/>,
+    caf::reacts_to<epoch_atom>>;
+
+// ---------------------------------------------------------------- uplink actor
+
+/// worker actor -> uplink actor: the dataset was built and worker_init_fn ran.
+using ready_atom = caf::atom_constant<caf::atom("ready")>;
+/// worker actor -> uplink actor: the worker cannot go on (its dataset or
+/// worker_init_fn failed, its iterable stream could not be made again, a message it
+/// cannot act on).  (type, message, when: empty at start, exit status of the worker).
+using fatal_atom = caf::atom_constant<caf::atom("fatal")>;
+
+/// The main process as a worker actor sees it.
+using uplink_actor = caf::typed_actor<
+    caf::reacts_to<result_msg>,
+    caf::reacts_to<ready_atom>,
+    caf::reacts_to<fatal_atom, std::string /*type*/, std::string /*message*/, std::string /*when*/, int32_t /*status*/>>;
+
+// ---------------------------------------------------------------- main process control
+
+/// reader thread of worker k (Pipeline::on_down) -> slot actor k: incarnation `gen`
 /// of worker k went down and its lifecycle decided to restart it.
 using down_atom = caf::atom_constant<caf::atom("down")>;
-/// reader thread (Pipeline::on_frame) -> worker actor k: frames are queued for worker
+/// reader thread (Pipeline::on_frame) -> slot actor k: frames are queued for worker
 /// k (a larger slab for a batch that did not fit, the next task of an iterable).
 /// Readers never write to a socket themselves.
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
-/// pool actor -> worker actor k, every tick: look at the process (frozen, exited
+/// pool actor -> slot actor k, every tick: look at the process (frozen, exited
 /// with its socket held open, no hello within the deadline).  Carries the tick in ms.
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
 /// pool actor -> itself, every 250 ms: the watchdog clock.
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 
-/// The actor of one worker slot.
-using worker_actor = caf::typed_actor<
+/// The actor of one worker slot in the main process.
+using slot_actor = caf::typed_actor<
     caf::reacts_to<down_atom, uint32_t /*generation*/>,
     caf::reacts_to<flush_atom>,
     caf::reacts_to<watch_atom, int64_t /*tick, ms*/>>;

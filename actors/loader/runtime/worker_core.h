@@ -22,6 +22,7 @@
 #include "loader/fetch.h"
 #include "loader/generator.h"
 #include "loader/worker_info.h"
+#include "loader/runtime/protocol.h"  // WorkerReply, kInlineSlab
 
 namespace loader::runtime {
 
@@ -40,24 +41,6 @@ struct WorkerConfig {
 
   Value to_value() const;
   static WorkerConfig from_value(const Value& v);
-};
-
-/// The slab id of a task whose batch must come back inline (its bytes in the Result
-/// frame, decoded into the main process's heap): sent when the application waits for
-/// that batch and every slab of the worker is held by batches it keeps.
-constexpr uint64_t kInlineSlab = ~uint64_t{0};
-
-struct WorkerReply {
-  enum class Kind { Result, Need, Error, IterEnd } kind = Kind::Result;
-  uint64_t task = 0;
-  uint64_t slab = 0;
-  uint64_t bytes = 0;         ///< Result: bytes used in the slab; Need: bytes required
-  std::string payload;        ///< Result: the encoded batch
-  std::string error_type;     ///< Error: Python-style exception type
-  std::string error_message;  ///< Error: "Caught ... in DataLoader worker process N ..."
-  /// Result, Error: nanoseconds the worker spent on the task (fetch, collate, the copy
-  /// into its slab, including a first try that answered Need): EpochStats busy_s.
-  uint64_t busy_ns = 0;
 };
 
 /// The frame a worker process sends for a reply, and its inverse.

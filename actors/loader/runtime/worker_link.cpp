@@ -15,7 +15,7 @@
 
 #include "loader/error.h"
 #include "loader/runtime/os_error.h"
-#include "loader/runtime/worker_main_loop.h"
+#include "loader/runtime/child/worker_host.h"
 
 namespace loader::runtime {
 

@@ -1,14 +1,8 @@
-// Internal: the frame loop a worker runs, in a worker process (run_worker_if_requested)
-// or in a thread of the main process (WorkerMode::InProcess).  Same frames, same code.
+// Internal: what the main process knows of a process started as a worker (the worker
+// itself is hosted by child/worker_host.h: run_worker_loop).
 #pragma once
 
-#include <sys/types.h>
-
 namespace loader::runtime {
-
-/// Serves frames on `sock` until EOF or Shutdown; returns the exit status.  `parent`:
-/// the parent's pid (the loop ends when the process is orphaned), 0 in a thread.
-int run_worker_loop(int sock, pid_t parent);
 
 /// True in a process started as a DataLoader worker whose main() has not called
 /// run_worker_if_requested (yet): such a process must never start workers itself.

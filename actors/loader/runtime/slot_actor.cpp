@@ -1,4 +1,4 @@
-#include "loader/runtime/worker_actor.h"
+#include "loader/runtime/slot_actor.h"
 
 namespace loader::runtime {
 
@@ -28,9 +28,9 @@ struct WorkerActorState {
   static inline const char* name = "loader.worker";
 };
 
-using worker_pointer = worker_actor::stateful_pointer<WorkerActorState>;
+using worker_pointer = slot_actor::stateful_pointer<WorkerActorState>;
 
-worker_actor::behavior_type worker_behavior(worker_pointer self, std::weak_ptr<WorkerControl> control, int worker) {
+slot_actor::behavior_type worker_behavior(worker_pointer self, std::weak_ptr<WorkerControl> control, int worker) {
   self->state.control = std::move(control);
   self->state.worker = worker;
   self->state.who = "the actor of DataLoader worker " + std::to_string(worker);
@@ -53,7 +53,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, std::weak_ptr<W
 
 }  // namespace
 
-worker_actor spawn_worker_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int worker) {
+slot_actor spawn_slot_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int worker) {
   return sys.spawn(worker_behavior, std::move(control), worker);
 }
 

@@ -34,6 +34,6 @@ class WorkerControl {
 
 /// Spawns the actor of worker slot `worker`.  It holds `control` weakly: once the
 /// pipeline is gone its messages do nothing.
-worker_actor spawn_worker_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int worker);
+slot_actor spawn_slot_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int worker);
 
 }  // namespace loader::runtime

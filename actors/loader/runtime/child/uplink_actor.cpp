@@ -1,0 +1,30 @@
+#include "loader/runtime/child/uplink_actor.h"
+
+#include "loader/runtime/child/uplink.h"
+
+namespace loader::runtime {
+
+namespace {
+
+struct UplinkActorState {
+  Uplink* uplink = nullptr;
+  static inline const char* name = "loader.uplink";
+};
+
+uplink_actor::behavior_type uplink_behavior(uplink_actor::stateful_pointer<UplinkActorState> self, Uplink* uplink) {
+  self->state.uplink = uplink;
+  return {
+      [self](result_msg& r) { self->state.uplink->result(r.batch); },
+      [self](ready_atom) { self->state.uplink->ready(); },
+      [self](fatal_atom, const std::string& type, const std::string& message, const std::string& when,
+             int32_t status) { self->state.uplink->fatal(type, message, when, status); },
+  };
+}
+
+}  // namespace
+
+uplink_actor spawn_uplink_actor(caf::actor_system& sys, Uplink* uplink) {
+  return sys.spawn<caf::lazy_init>(uplink_behavior, uplink);
+}
+
+}  // namespace loader::runtime
