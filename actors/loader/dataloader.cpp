@@ -185,6 +185,7 @@ DataLoader::Iterator DataLoader::iter() {
   auto& s = *state_;
   std::optional<ResumePlan> plan = std::move(s.resume);
   s.resume.reset();
+  s.resume_state.reset();  // applied now (or dropped, if the resume fails)
   const std::vector<RandomStream> streams = loader_streams(s);
   if (plan) {
     // A resume that fails (a sampler that cannot replay the epoch) leaves the streams
@@ -292,6 +293,10 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
 Value DataLoader::state_dict() const {
   auto& s = *state_;
   check_resumable(s, "DataLoader.state_dict()");
+  // A checkpoint loaded and not yet applied is where the next iter() starts: a trainer
+  // that saves again before its first step after a restart must save that one, not the
+  // position of an iterator from before load_state_dict (or a first epoch's start).
+  if (s.resume_state) return copy_checkpoint(*s.resume_state);
   ResumePlan p;
   if (s.latest_iterator) {
     p = static_cast<const Iterator*>(s.latest_iterator)->plan();
@@ -300,10 +305,12 @@ Value DataLoader::state_dict() const {
   } else if (!s.latest_plan_error.empty()) {
     throw ValueError("DataLoader.state_dict(): the latest epoch left no checkpoint: " + s.latest_plan_error);
   } else {
-    // No epoch yet: the next iter() is the first.
+    // No epoch yet: the next iter() is the first.  Its workers start as their Init
+    // leaves them: one empty entry each, as load_state_dict reads one per worker.
     p.finished = true;
     p.pool_alive = runtime::persistent_base_seed(s).has_value();
     p.streams_at_start = save_streams(loader_streams(s));
+    p.worker_rng.assign(static_cast<size_t>(s.options.num_workers), std::nullopt);
   }
   p.streams_now = save_streams(loader_streams(s));
   return encode_checkpoint(p, s);
@@ -316,7 +323,9 @@ void DataLoader::load_state_dict(const Value& state, bool strict) {
   ResumePlan plan = decode_checkpoint(state, s, streams.size(), strict);
   check_streams(streams, plan.streams_at_start, "the epoch's start");
   check_streams(streams, plan.streams_now, "the checkpoint");
+  Value loaded = copy_checkpoint(state);
   s.resume = std::move(plan);
+  s.resume_state = std::move(loaded);
 }
 
 int64_t DataLoader::size() {

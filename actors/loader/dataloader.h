@@ -161,9 +161,13 @@ class DataLoader {
 
   /// A checkpoint of the loader (torchdata's StatefulDataLoader.state_dict()): its
   /// latest iterator's (Iterator::state_dict()), also once that iterator is gone;
-  /// before any epoch, the start of the first one.  Taken after an epoch ended, it
-  /// resumes at the next epoch.  Same thread rule as Iterator::state_dict().  Save it
-  /// with loader::pt::save alongside the model:
+  /// before any epoch, the start of the first one (it loads, with workers too).  Taken
+  /// after an epoch ended, it resumes at the next epoch.  After load_state_dict(s) and
+  /// before the next iter(), the checkpoint loaded: a copy of s, entry for entry (saving
+  /// again before the first step after a restart keeps the place; a checkpoint loaded
+  /// with strict = false stays the other loader's, to load with strict = false again).
+  /// Same thread rule as Iterator::state_dict().  Save it with loader::pt::save
+  /// alongside the model:
   ///
   ///   for (loader::Value& batch : dl) { step(batch); if (++n % 1000 == 0) loader::pt::save(dl.state_dict(), "dl.pt"); }
   ///   // later, maybe in another process, a loader built the same way:

@@ -190,6 +190,111 @@ TEST_P(Checkpoint, AResumedEpochAndTheNextOneAreByteIdenticalToRunningThrough) {
   EXPECT_EQ(leaks.new_children(), "");
 }
 
+// A trainer that saves at step 0, before the loader's first iter(): the checkpoint loads
+// into a loader built the same way (one 'worker_rng' entry per worker, though no worker
+// ran yet), whose epochs are then those of a fresh loader.
+TEST_P(Checkpoint, AStateTakenBeforeAnyEpochLoadsAndResumes) {
+  const Config c = GetParam();
+  loader::testing::LeakCheck leaks;
+  const int64_t n = 30;
+  std::vector<std::string> epoch1, epoch2;
+  {
+    manual_seed(13);
+    DataLoader fresh(random_draws(n), options_of(c));
+    epoch1 = epoch_bytes(fresh);
+    epoch2 = epoch_bytes(fresh);
+  }
+  ASSERT_FALSE(epoch1 == epoch2);
+  Value state;
+  {
+    manual_seed(13);
+    DataLoader dl(random_draws(n), options_of(c));
+    state = through_pt(dl.state_dict());
+    EXPECT_EQ(state.at("worker_rng").size(), static_cast<size_t>(c.workers));
+    expect_next_epoch(epoch_bytes(dl), epoch1);  // taking it changed nothing
+  }
+  {
+    manual_seed(999);  // whatever the default generator holds now, the checkpoint decides
+    DataLoader resumed(random_draws(n), options_of(c));
+    ASSERT_EQ(error_of([&] { resumed.load_state_dict(state); }), "");
+    expect_next_epoch(epoch_bytes(resumed), epoch1);
+    expect_next_epoch(epoch_bytes(resumed), epoch2);
+  }
+  EXPECT_EQ(leaks.new_segments(), "");
+  EXPECT_EQ(leaks.new_children(), "");
+}
+
+/// `got` against `expected`, entry by entry (the failure names the entry), then whole.
+void expect_same_checkpoint(const Value& got, const Value& expected) {
+  ASSERT_TRUE(got.is_dict()) << got.repr().substr(0, 80);
+  ASSERT_EQ(got.size(), expected.size());
+  for (const auto& [key, value] : expected.dict_items()) {
+    ASSERT_TRUE(got.contains(key.to_string())) << "no '" << key.to_string() << "' entry";
+    EXPECT_TRUE(got.at(key.to_string()) == value) << "'" << key.to_string() << "': " << got.at(key.to_string()).repr()
+                                                  << " instead of " << value.repr();
+  }
+  EXPECT_TRUE(pt::save_bytes(got) == pt::save_bytes(expected)) << "saved, the two differ";
+}
+
+// A trainer that restarts from a checkpoint and saves again before its first step saves
+// the checkpoint it loaded (the next iter() starts there), not where the loader's own
+// earlier iterator stood, nor a loader's first epoch; resuming that one gives the same
+// batches as resuming the original.
+TEST_P(Checkpoint, StateDictAfterLoadStateDictIsTheLoadedState) {
+  const Config c = GetParam();
+  loader::testing::LeakCheck leaks;
+  const int64_t n = 50;  // 13 batches of 4, the last of 2
+  const size_t cut = 6;
+  std::vector<std::string> epoch1, epoch2;
+  Value state;
+  {
+    manual_seed(17);
+    DataLoader dl(random_draws(n), options_of(c));
+    auto it = dl.iter();
+    while (auto b = it.next()) {
+      epoch1.push_back(bytes_of(*b));
+      if (epoch1.size() == cut) state = through_pt(it.state_dict());
+    }
+    epoch2 = epoch_bytes(dl);
+  }
+  ASSERT_EQ(epoch1.size(), 13u);
+  for (bool ran_before : {false, true}) {
+    SCOPED_TRACE(ran_before ? "the loader had run 2 batches before loading" : "a new loader");
+    Value again;
+    {
+      SCOPED_TRACE("the loader that loaded it");
+      manual_seed(18);
+      DataLoader dl(random_draws(n), options_of(c));
+      if (ran_before) {
+        auto it = dl.iter();
+        it.next();
+        it.next();
+      }
+      Value mine = through_pt(state);
+      dl.load_state_dict(mine);
+      mine.set(Value("batches_consumed"), Value(0));  // the caller's dict changes after; the loader's does not
+      again = dl.state_dict();
+      expect_same_checkpoint(again, state);
+      expect_same_checkpoint(dl.state_dict(), state);  // asked twice, the same
+      again = through_pt(again);
+      expect_rest(epoch_bytes(dl), epoch1, cut);
+      expect_next_epoch(epoch_bytes(dl), epoch2);
+    }
+    SCOPED_TRACE("a loader that loaded the state_dict() it returned");
+    manual_seed(19);
+    DataLoader resumed(random_draws(n), options_of(c));
+    resumed.load_state_dict(again);
+    {
+      auto it = resumed.iter();
+      EXPECT_EQ(it.batches_yielded(), static_cast<int64_t>(cut));
+      expect_rest(epoch_bytes(it), epoch1, cut);
+    }
+    expect_next_epoch(epoch_bytes(resumed), epoch2);
+  }
+  EXPECT_EQ(leaks.new_segments(), "");
+  EXPECT_EQ(leaks.new_children(), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Configs, Checkpoint,
     ::testing::Values(Config{"NoWorkers", 0, false, 0, false, WorkerMode::Process},
@@ -650,6 +755,7 @@ TEST(CheckpointLoader, NotStrictAnotherNumberOfWorkersResumesTheSameBatchesOfInd
         EXPECT_NE(error_of([&] { dl.load_state_dict(state); }), "") << "strict by default";
       }
       dl.load_state_dict(state, /*strict=*/false);
+      EXPECT_TRUE(dl.state_dict() == state) << "the checkpoint loaded, the other loader's";
       std::vector<std::vector<int64_t>> rest, next;
       for (Value& b : dl) rest.push_back(indices_of(b));
       for (Value& b : dl) next.push_back(indices_of(b));

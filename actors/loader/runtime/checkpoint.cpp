@@ -248,6 +248,26 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
   return p;
 }
 
+Value copy_checkpoint(const Value& state) {
+  if (state.is_sequence()) {
+    std::vector<Value> items;
+    items.reserve(state.size());
+    for (const Value& item : state.items()) items.push_back(copy_checkpoint(item));
+    if (!state.field_names().empty())
+      return Value::namedtuple(state.type_name(), state.field_names(), std::move(items));
+    return state.is_list() ? Value::list(std::move(items), state.type_name())
+                           : Value::tuple(std::move(items), state.type_name());
+  }
+  if (state.is_dict()) {
+    std::vector<std::pair<Value, Value>> items;
+    items.reserve(state.size());
+    for (const auto& [key, value] : state.dict_items())
+      items.emplace_back(copy_checkpoint(key), copy_checkpoint(value));
+    return Value::dict(std::move(items), state.type_name());
+  }
+  return state;  // held inline (a tensor shares its storage, as a copied one does)
+}
+
 bool resumable(const LoaderState& state) { return state.options.in_order; }
 
 void check_resumable(const LoaderState& state, const char* what) {

@@ -43,6 +43,9 @@ Value encode_checkpoint(const ResumePlan& plan, const LoaderState& loader);
 /// what to do.  `strict` = false accepts another num_workers / persistent_workers
 /// (ResumePlan::same_workers false: the workers' random streams are not resumed).
 ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams, bool strict);
+/// `state` with its lists and dicts copied: Values share containers (as Python objects
+/// do), and a checkpoint the loader keeps must not change when the caller's copy does.
+Value copy_checkpoint(const Value& state);
 
 /// Whether the loader's epochs can be checkpointed: in_order=true (an IterableDataset's
 /// epoch is replayed from its start, DataLoader::iter_from).

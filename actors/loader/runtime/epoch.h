@@ -114,6 +114,10 @@ class LoaderState {
   std::shared_ptr<PinTracker> pin_tracker;
   /// A checkpoint to resume at the next iter() (DataLoader::load_state_dict).
   std::optional<ResumePlan> resume;
+  /// ... and that checkpoint as it was given (a copy sharing no container with the
+  /// caller's): until the next iter() applies it, it is where the loader stands, so
+  /// DataLoader::state_dict() returns it.
+  std::optional<Value> resume_state;
   /// The loader's latest iterator (a DataLoader::Iterator*, kept by the iterator), and
   /// where it stood when it went (DataLoader::state_dict; streams_now left empty).
   const void* latest_iterator = nullptr;
