@@ -179,8 +179,8 @@ int child_main(int sock) {
     return 0;
   }
   // shm: the first frame brings the segment's descriptor.
-  if (read_frame(sock, f, -1) != ReadStatus::Ok || f.fd < 0) return 3;
-  void* p = mmap(nullptr, sizeof(Channel), PROT_READ | PROT_WRITE, MAP_SHARED, f.fd, 0);
+  if (read_frame(sock, f, -1) != ReadStatus::Ok || !f.fd) return 3;
+  void* p = mmap(nullptr, sizeof(Channel), PROT_READ | PROT_WRITE, MAP_SHARED, f.fd.get(), 0);
   if (p == MAP_FAILED) return 4;
   auto* ch = static_cast<Channel*>(p);
   std::string body;

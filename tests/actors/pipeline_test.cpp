@@ -50,11 +50,11 @@ class ScriptedLink final : public Link {
       layout.workers = static_cast<int>(in.u64());
       const int index = static_cast<int>(in.u64());
       const auto generation = static_cast<uint32_t>(in.u64());
-      inc_->rings_mapping = ShmMapping(dup(fd), layout.bytes());
+      inc_->rings_mapping = ShmMapping(UniqueFd(dup(fd)), layout.bytes());
       inc_->ring = std::make_unique<WorkerRingEnd>(inc_->rings_mapping.data(), layout, index, generation);
     }
-    if (type == FrameType::StatePage) inc_->state_mapping = ShmMapping(dup(fd), Reader(body).u64());
-    inc_->socket.push_back(Frame{type, body, -1});
+    if (type == FrameType::StatePage) inc_->state_mapping = ShmMapping(UniqueFd(dup(fd)), Reader(body).u64());
+    inc_->socket.push_back(Frame{type, body, UniqueFd()});
     return true;
   }
   void stop() override { inc_->stopped = true; }
@@ -144,9 +144,9 @@ class PipelineScripted : public ::testing::Test {
   /// The worker's hello and Ready, as its reader thread would report them.
   void say_ready(int w) {
     Incarnation& inc = current(w);
-    Frame hello{FrameType::Hello, std::string(8, '\0'), -1};
+    Frame hello{FrameType::Hello, std::string(8, '\0'), UniqueFd()};
     pipeline_->on_frame(w, inc.gen, hello);
-    Frame ready{FrameType::Ready, std::string(8, '\0'), -1};
+    Frame ready{FrameType::Ready, std::string(8, '\0'), UniqueFd()};
     pipeline_->on_frame(w, inc.gen, ready);
   }
 

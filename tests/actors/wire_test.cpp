@@ -63,7 +63,7 @@ TEST(Wire, FramesRoundTripInOrder) {
   ASSERT_EQ(read_frame(sp.child, f, 1000), ReadStatus::Ok);
   EXPECT_EQ(f.type, FrameType::Task);
   EXPECT_EQ(f.body, task);
-  EXPECT_EQ(f.fd, -1);
+  EXPECT_FALSE(f.fd);
   Reader in(f.body);
   EXPECT_EQ(in.u64(), 7u);
   EXPECT_EQ(in.u64(), 3u);
@@ -100,19 +100,19 @@ TEST(Wire, PassesADescriptorThatMapsTheSameSharedMemory) {
   Frame f;
   ASSERT_EQ(read_frame(sp.child, f, 1000), ReadStatus::Ok);
   EXPECT_EQ(f.type, FrameType::AddSlab);
-  ASSERT_GE(f.fd, 0) << "the descriptor travels with the frame";
-  EXPECT_NE(f.fd, seg->fd());
-  EXPECT_TRUE(fcntl(f.fd, F_GETFD) & FD_CLOEXEC) << "received descriptors must not leak into exec'd programs";
+  ASSERT_TRUE(f.fd) << "the descriptor travels with the frame";
+  EXPECT_NE(f.fd.get(), seg->fd());
+  EXPECT_TRUE(fcntl(f.fd.get(), F_GETFD) & FD_CLOEXEC) << "received descriptors must not leak into exec'd programs";
   struct stat a {}, b {};
   ASSERT_EQ(fstat(seg->fd(), &a), 0);
-  ASSERT_EQ(fstat(f.fd, &b), 0);
+  ASSERT_EQ(fstat(f.fd.get(), &b), 0);
   EXPECT_EQ(a.st_ino, b.st_ino);
   EXPECT_EQ(a.st_dev, b.st_dev);
 
   Reader in(f.body);
   EXPECT_EQ(in.u64(), 9u);
   uint64_t size = in.u64();
-  ShmMapping m(f.fd, size);  // closes the descriptor
+  ShmMapping m(std::move(f.fd), size);  // closes the descriptor
   std::memcpy(m.data(), "written by the worker", 22);
   EXPECT_EQ(std::memcmp(seg->data(), "written by the worker", 22), 0) << "both sides see one segment";
 }
@@ -137,12 +137,12 @@ TEST(Wire, LargeBodiesCrossTheSocketWhileTheReaderDrainsIt) {
   EXPECT_EQ(f.type, FrameType::Result);
   EXPECT_EQ(f.body.size(), big.size());
   EXPECT_TRUE(f.body == big) << "body differs";
-  EXPECT_GE(f.fd, 0);
-  if (f.fd >= 0) close(f.fd);
+  EXPECT_TRUE(f.fd);
+  f.fd.reset();
   ASSERT_EQ(st2, ReadStatus::Ok);
   EXPECT_EQ(g.type, FrameType::Need);
   EXPECT_EQ(g.body, "after");
-  EXPECT_EQ(g.fd, -1);
+  EXPECT_FALSE(g.fd);
 }
 
 TEST(Wire, ClosedPeerIsEndOfFile) {

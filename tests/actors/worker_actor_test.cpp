@@ -250,7 +250,7 @@ class FrameLog : public LinkEvents {
       for (size_t i = seen_; i < frames_.size(); ++i)
         if (frames_[i].type == type) {
           seen_ = i + 1;
-          return frames_[i];
+          return std::move(frames_[i]);
         }
       if (down_) throw RuntimeError(std::string("the worker went down before sending ") + frame_type_name(type));
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout)

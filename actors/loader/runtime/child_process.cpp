@@ -189,15 +189,14 @@ ChildProcess ChildProcess::spawn_worker(int worker_id, const std::string& execut
   }
   ChildProcess c;
   c.pid_ = pid;
-  c.sock_ = sv[0];
+  c.sock_ = UniqueFd(sv[0]);
   return c;
 }
 
 ChildProcess::~ChildProcess() { terminate(); }
 
-ChildProcess::ChildProcess(ChildProcess&& o) noexcept : pid_(o.pid_), sock_(o.sock_), status_(o.status_) {
+ChildProcess::ChildProcess(ChildProcess&& o) noexcept : pid_(o.pid_), sock_(std::move(o.sock_)), status_(o.status_) {
   o.pid_ = -1;
-  o.sock_ = -1;
   o.status_.reset();
 }
 
@@ -205,10 +204,9 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
   if (this != &o) {
     terminate();
     pid_ = o.pid_;
-    sock_ = o.sock_;
+    sock_ = std::move(o.sock_);
     status_ = o.status_;
     o.pid_ = -1;
-    o.sock_ = -1;
     o.status_.reset();
   }
   return *this;
@@ -258,14 +256,11 @@ void ChildProcess::kill(int sig) {
 }
 
 void ChildProcess::shutdown_socket() {
-  if (sock_ >= 0) ::shutdown(sock_, SHUT_RDWR);
+  if (sock_) ::shutdown(sock_.get(), SHUT_RDWR);
 }
 
 void ChildProcess::terminate(int grace_ms) {
-  if (sock_ >= 0) {
-    close(sock_);
-    sock_ = -1;
-  }
+  sock_.reset();
   if (pid_ <= 0) return;
   // The child exits by itself on EOF of its socket; give it a moment first.
   if (!wait_exit(grace_ms / 2)) {

@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include "loader/runtime/os/unique_fd.h"
 
 namespace loader::runtime {
 
@@ -37,7 +38,7 @@ class ChildProcess {
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   pid_t pid() const noexcept { return pid_; }
-  int socket() const noexcept { return sock_; }
+  int socket() const noexcept { return sock_.get(); }
   bool running() const noexcept { return pid_ > 0 && !status_; }
   /// Non-blocking reap; returns the status once the child has exited (or once it is
   /// found gone with its status collected elsewhere: ExitStatus::collected_elsewhere).
@@ -57,7 +58,7 @@ class ChildProcess {
 
  private:
   pid_t pid_ = -1;
-  int sock_ = -1;
+  UniqueFd sock_;  ///< the main process's end of the worker's socket
   std::optional<ExitStatus> status_;
 };
 

@@ -82,18 +82,6 @@ std::string human(uint64_t bytes) {
   return std::to_string(bytes) + " bytes (" + buf + ")";
 }
 
-/// A descriptor that is closed unless released: the segment owns it from then on.
-struct FdGuard {
-  int fd = -1;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-  int release() {
-    int f = fd;
-    fd = -1;
-    return f;
-  }
-};
 
 /// A name-less file in the shared-memory mount (its pages count against that
 /// mount, so the statvfs budget check keeps its meaning), else a memfd; only a memfd
@@ -128,10 +116,10 @@ struct ShmSegment::Impl {
 
 std::shared_ptr<ShmSegment> ShmSegment::create(size_t size, SlabPlace place) {
   if (size == 0) size = 1;
-  FdGuard fd{open_nameless(place)};
-  if (::ftruncate(fd.fd, static_cast<off_t>(size)) != 0)
+  UniqueFd fd(open_nameless(place));
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0)
     throw ShmError("cannot size a shared-memory slab to " + human(size) + ": " + std::strerror(errno));
-  int rc = posix_fallocate(fd.fd, 0, static_cast<off_t>(size));
+  int rc = posix_fallocate(fd.get(), 0, static_cast<off_t>(size));
   if (rc != 0) {
     const std::string where = shm_where(place);
     throw ShmError("shared memory is full: a batch slab needs " + human(size) + " but " + where + " has " +
@@ -144,7 +132,7 @@ std::shared_ptr<ShmSegment> ShmSegment::create(size_t size, SlabPlace place) {
   auto impl = std::make_unique<Impl>();
   try {
     // Boost.Interprocess maps the name-less file through its /proc/self/fd entry.
-    const std::string path = "/proc/self/fd/" + std::to_string(fd.fd);
+    const std::string path = "/proc/self/fd/" + std::to_string(fd.get());
     impl->file = bip::file_mapping(path.c_str(), bip::read_write);
     impl->region = bip::mapped_region(impl->file, bip::read_write, 0, size);
   } catch (const bip::interprocess_exception& e) {
@@ -155,22 +143,21 @@ std::shared_ptr<ShmSegment> ShmSegment::create(size_t size, SlabPlace place) {
   impl->file = bip::file_mapping();
   seg->data_ = impl->region.get_address();
   seg->size_ = size;
-  seg->fd_ = fd.release();
+  seg->fd_ = std::move(fd);
   seg->impl_ = std::move(impl);
   return seg;
 }
 
 ShmSegment::~ShmSegment() {
-  impl_.reset();  // unmaps
-  if (fd_ >= 0) ::close(fd_);
+  impl_.reset();  // unmaps; fd_ closes after
 }
 
-ShmMapping::ShmMapping(int fd, size_t size) : size_(size) {
+ShmMapping::ShmMapping(UniqueFd fd, size_t size) : size_(size) {
   // MAP_POPULATE: the worker writes every page of a slab it is given, batch after batch;
   // one call sets up the page tables instead of a write fault per 4 KiB page.
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
   int err = errno;
-  close(fd);
+  fd.reset();  // the mapping keeps the pages
   if (p == MAP_FAILED)
     throw RuntimeError(std::string("worker cannot map a shared-memory slab of ") + std::to_string(size) +
                        " bytes: " + os_error_text(err));

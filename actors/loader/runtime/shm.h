@@ -20,6 +20,7 @@
 #include <string>
 
 #include "loader/error.h"
+#include "loader/runtime/os/unique_fd.h"
 
 namespace loader::runtime {
 
@@ -64,7 +65,7 @@ class ShmSegment {
 
   void* data() const noexcept { return data_; }
   size_t size() const noexcept { return size_; }
-  int fd() const noexcept { return fd_; }
+  int fd() const noexcept { return fd_.get(); }
 
  private:
   ShmSegment() = default;
@@ -72,7 +73,7 @@ class ShmSegment {
   std::unique_ptr<Impl> impl_;
   void* data_ = nullptr;
   size_t size_ = 0;
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 /// A child's mapping of a segment received as a descriptor.  Move-only.
@@ -80,7 +81,7 @@ class ShmMapping {
  public:
   ShmMapping() = default;
   /// Maps `size` bytes of `fd` read-write and closes `fd`.
-  ShmMapping(int fd, size_t size);
+  ShmMapping(UniqueFd fd, size_t size);
   ~ShmMapping();
   ShmMapping(ShmMapping&& o) noexcept;
   ShmMapping& operator=(ShmMapping&& o) noexcept;

@@ -11,25 +11,19 @@ SlabStore::SlabStore(int num_workers, SlabPolicy policy, bool pin, std::shared_p
   for (int w = 0; w < num_workers; ++w) workers_.push_back(std::make_unique<WorkerSlabs>(w, policy, directory_));
 }
 
-SlabStore::~SlabStore() {
-  for (auto& [id, p] : pins_) unpin_region(p.segment->data(), p.segment->size(), p.backend);
-}
+SlabStore::~SlabStore() = default;  // pins_ unpins every slab before it lets it go
 
 void SlabStore::settle_locked(int worker) {
   auto& ws = *workers_[static_cast<size_t>(worker)];
   for (uint64_t id : ws.take_dropped()) {
     dropped_.push_back(id);
-    auto it = pins_.find(id);
-    if (it != pins_.end()) {
-      unpin_region(it->second.segment->data(), it->second.segment->size(), it->second.backend);
-      pins_.erase(it);
-    }
+    pins_.erase(id);  // unpinned before the slab is unmapped
   }
   for (uint64_t id : ws.take_new()) {
     if (!pin_) continue;
     auto seg = ws.segment(id);
-    PinResult r = pin_region(seg->data(), seg->size());
-    pins_[id] = Pin{seg, r.backend};
+    PinResult r;
+    pins_[id] = PinnedRegion::pin(seg, r);
     directory_->set_pinned(id, r.pinned);
     if (tracker_->record(r)) warn(std::string("pin_memory=true but batches are not CUDA-pinned: ") + r.reason);
   }

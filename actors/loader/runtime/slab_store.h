@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "loader/pinned.h"
+#include "loader/runtime/os/pinned_region.h"
 #include "loader/runtime/worker_slabs.h"
 
 namespace loader::runtime {
@@ -51,11 +52,7 @@ class SlabStore {
   std::vector<std::unique_ptr<WorkerSlabs>> workers_;
   bool pin_;
   std::shared_ptr<PinTracker> tracker_;
-  struct Pin {
-    std::shared_ptr<ShmSegment> segment;  // keeps the memory mapped until unpinned
-    PinBackend backend;
-  };
-  std::map<uint64_t, Pin> pins_;
+  std::map<uint64_t, PinnedRegion> pins_;  ///< erased: unpinned
   std::vector<uint64_t> dropped_;
 };
 

@@ -138,7 +138,7 @@ static ReadStatus read_exact(int sock, char* buf, size_t n, int* fd_out) {
 }
 
 ReadStatus FrameReader::next(Frame& out) {
-  out.fd = -1;
+  out.fd.reset();
   while (true) {
     size_t have = end_ - begin_;
     if (have >= 5) {
@@ -200,7 +200,7 @@ ReadStatus read_frame(int sock, Frame& out, int timeout_ms) {
       return st == ReadStatus::Eof ? ReadStatus::Error : st;
     }
   }
-  out.fd = fd;
+  out.fd = UniqueFd(fd);
   return ReadStatus::Ok;
 }
 

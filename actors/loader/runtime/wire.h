@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "loader/runtime/os/unique_fd.h"
+
 namespace loader::runtime {
 
 enum class FrameType : uint8_t {
@@ -40,7 +42,7 @@ const char* frame_type_name(FrameType t);
 struct Frame {
   FrameType type = FrameType::Shutdown;
   std::string body;
-  int fd = -1;  ///< a received descriptor (caller owns it), or -1
+  UniqueFd fd;  ///< a received descriptor (the frame owns it until it is moved out), or none
 };
 
 /// Writes one frame (and optionally passes `fd`).  Returns false when the peer is gone.

@@ -36,13 +36,12 @@ WorkerLink::WorkerLink(const Spec& spec, LinkEvents* events)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
       throw RuntimeError("cannot create a socket for DataLoader worker " + std::to_string(spec_.worker_id) + ": " +
                          os_error_text(errno));
+    pair_[0] = UniqueFd(sv[0]);
+    pair_[1] = UniqueFd(sv[1]);
     sock_ = sv[0];
-    thread_sock_ = sv[1];
     try {
-      worker_thread_ = std::thread([fd = thread_sock_] { run_worker_loop(fd, /*parent=*/0); });
+      worker_thread_ = std::thread([fd = sv[1]] { run_worker_loop(fd, /*parent=*/0); });
     } catch (const std::exception& e) {
-      ::close(sock_);
-      ::close(thread_sock_);
       throw RuntimeError("cannot start the thread of in-process DataLoader worker " + std::to_string(spec_.worker_id) +
                          ": " + e.what());
     }
@@ -59,8 +58,6 @@ WorkerLink::WorkerLink(const Spec& spec, LinkEvents* events)
     stopping_ = true;
     if (sock_ >= 0) ::shutdown(sock_, SHUT_RDWR);
     if (worker_thread_.joinable()) worker_thread_.join();
-    if (thread_sock_ >= 0) ::close(thread_sock_);
-    if (spec_.in_process && sock_ >= 0) ::close(sock_);
     child_.terminate(0);
     const auto* sys = dynamic_cast<const std::system_error*>(&e);
     const bool limit = !sys || sys->code() == std::errc::resource_unavailable_try_again;
@@ -164,9 +161,9 @@ void WorkerLink::stop() {
   if (reader_.joinable()) reader_.join();
   if (spec_.in_process) {
     if (worker_thread_.joinable()) worker_thread_.join();
-    if (thread_sock_ >= 0) ::close(thread_sock_);
-    if (sock_ >= 0) ::close(sock_);
-    thread_sock_ = sock_ = -1;
+    sock_ = -1;
+    pair_[1].reset();  // the worker thread's end: it has ended
+    pair_[0].reset();
   } else {
     child_.terminate();  // closes the socket, SIGTERM after a grace period, SIGKILL, reap
     sock_ = -1;

@@ -113,8 +113,8 @@ class WorkerLink final : public Link {
   Spec spec_;
   LinkEvents* events_;
   ChildProcess child_;           // process workers
-  int sock_ = -1;                // our end (the child's socket, or a socketpair for threads)
-  int thread_sock_ = -1;         // in-process: the worker thread's end
+  int sock_ = -1;                // our end (the child's socket, or pair_[0] for threads); not owned
+  UniqueFd pair_[2];             // in-process: the socketpair (ours, the worker thread's)
   std::thread worker_thread_;    // in-process workers
   std::thread reader_;
   int pid_ = -1;

@@ -132,7 +132,7 @@ bool ByteRing::take(Frame& out, const std::string& what) {
   out.type = static_cast<FrameType>(static_cast<uint8_t>(start[4]));
   out.body.resize(len - 1);
   ring_copy_out(data_, capacity_, tail + 5, out.body.data(), len - 1);
-  out.fd = -1;
+  out.fd.reset();
   header_->tail.store(tail + 4 + len, std::memory_order_release);
   return true;
 }

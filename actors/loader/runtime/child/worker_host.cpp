@@ -99,10 +99,9 @@ int WorkerHost::deliver_frame(Frame& f) {
     case FrameType::Init: exec_.send(worker_, init_atom::value, std::move(f.body)); break;
     case FrameType::StatePage: {
       const uint64_t size = in.u64();
-      if (f.fd < 0 || size < RngStatePage::bytes_for(1) || size > RngStatePage::bytes_for(RngStatePage::kMaxBeforeSlots))
+      if (!f.fd || size < RngStatePage::bytes_for(1) || size > RngStatePage::bytes_for(RngStatePage::kMaxBeforeSlots))
         throw RuntimeError("StatePage frame without a usable page");
-      state_mapping_ = ShmMapping(f.fd, size);
-      f.fd = -1;
+      state_mapping_ = ShmMapping(std::move(f.fd), size);
       exec_.send(worker_, page_atom::value, address_of(state_mapping_), uint64_t{state_mapping_.size()});
       break;
     }
@@ -112,12 +111,11 @@ int WorkerHost::deliver_frame(Frame& f) {
       const uint64_t workers = in.u64();
       const uint64_t index = in.u64();
       const uint64_t generation = in.u64();
-      if (f.fd < 0 || workers == 0 || workers > 1u << 16 || index >= workers || layout.capacity < 4096 ||
+      if (!f.fd || workers == 0 || workers > 1u << 16 || index >= workers || layout.capacity < 4096 ||
           layout.capacity > (uint64_t{1} << 30))
         throw RuntimeError("Rings frame without usable rings");
       layout.workers = static_cast<int>(workers);
-      rings_mapping_ = ShmMapping(f.fd, layout.bytes());
-      f.fd = -1;
+      rings_mapping_ = ShmMapping(std::move(f.fd), layout.bytes());
       ring_ = std::make_unique<WorkerRingEnd>(rings_mapping_.data(), layout, static_cast<int>(index),
                                               static_cast<uint32_t>(generation));
       uplink_.set_ring(ring_.get());
@@ -132,10 +130,9 @@ int WorkerHost::deliver_frame(Frame& f) {
     case FrameType::AddSlab: {
       const uint64_t id = in.u64();
       const uint64_t size = in.u64();
-      if (f.fd < 0) throw RuntimeError("AddSlab frame without a descriptor");
+      if (!f.fd) throw RuntimeError("AddSlab frame without a descriptor");
       if (size == 0) throw RuntimeError("AddSlab frame of an empty slab");
-      ShmMapping m(f.fd, size);
-      f.fd = -1;
+      ShmMapping m(std::move(f.fd), size);
       exec_.send(worker_, slab_atom::value, id, address_of(m), uint64_t{m.size()});
       slabs_[id] = std::move(m);
       break;
@@ -162,10 +159,7 @@ int WorkerHost::handle(Frame& f) {
     // A frame the worker cannot act on: tell the main process and stop.
     return protocol_error(e.what());
   }
-  if (f.fd >= 0) {
-    close(f.fd);
-    f.fd = -1;
-  }
+  f.fd.reset();  // a descriptor the frame should not have carried
   if (rc >= 0) return rc;
   if (int status = run_actors(); status >= 0) return status;
   return shutdown_ ? 0 : -1;
