@@ -50,8 +50,8 @@
 #include <vector>
 
 #include "proc_util.h"
-#include "loader/runtime/child_process.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/child_process.h"
+#include "loader/runtime/os/shm.h"
 #include "loader/runtime/wire.h"
 
 namespace bi = boost::interprocess;

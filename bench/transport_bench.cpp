@@ -52,11 +52,11 @@
 #include <vector>
 
 #include "proc_util.h"
-#include "loader/runtime/child_process.h"
+#include "loader/runtime/os/child_process.h"
 #include "loader/runtime/actor_system.h"
 #include "loader/runtime/protocol.h"
 #include "loader/runtime/wire.h"
-#include "loader/runtime/worker_core.h"
+#include "loader/runtime/child/worker_core.h"
 
 using loader::runtime::ChildProcess;
 using loader::runtime::Frame;

@@ -24,7 +24,7 @@
 #include "loader/detail/cuda.h"
 #include "loader/error.h"
 #include "loader/pinned.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 
 namespace loader::tool {
 

@@ -9,7 +9,7 @@
 
 #include "loader/error.h"
 #include "loader/runtime/batch_codec.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 
 namespace loader::runtime {
 namespace {

@@ -21,7 +21,7 @@
 #include "loader/equibatch_sampler.h"
 #include "loader/error.h"
 #include "loader/runtime/rng_state_page.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 #include "loader/samplers.h"
 #include "loader/serialization/pt.h"
 #include "loader/worker_info.h"

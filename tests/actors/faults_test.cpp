@@ -29,9 +29,9 @@
 
 #include "loader/dataloader.h"
 #include "loader/error.h"
-#include "loader/runtime/oom.h"
-#include "loader/runtime/worker_lifecycle.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/oom.h"
+#include "loader/runtime/parent/worker_lifecycle.h"
+#include "loader/runtime/os/shm.h"
 #include "loader/samplers.h"
 #include "loader/worker_info.h"
 #include "loader/warnings.h"

@@ -17,7 +17,7 @@
 #include "loader/datasets.h"
 #include "loader/error.h"
 #include "loader/generator.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 #include "loader/worker_info.h"
 #include "process_leaks.h"
 #include "test_util.h"

@@ -19,7 +19,7 @@
 #include "deterministic_system.h"
 #include "loader/runtime/pipeline.h"
 #include "loader/runtime/rng_state_page.h"
-#include "loader/runtime/pool_actor.h"
+#include "loader/runtime/parent/pool_actor.h"
 #include "loader/samplers.h"
 
 namespace loader::runtime {

@@ -12,8 +12,8 @@
 
 #include "deterministic_system.h"
 #include "loader/runtime/pipeline.h"
-#include "loader/runtime/pool_actor.h"
-#include "loader/runtime/slot_actor.h"
+#include "loader/runtime/parent/pool_actor.h"
+#include "loader/runtime/parent/slot_actor.h"
 
 namespace loader::runtime {
 namespace {

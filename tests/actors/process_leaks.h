@@ -15,7 +15,7 @@
 #include <sstream>
 #include <string>
 
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 
 namespace loader::testing {
 

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "loader/runtime/reorder_buffer.h"
+#include "loader/runtime/parent/reorder_buffer.h"
 
 namespace loader::runtime {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "loader/generator.h"
-#include "loader/runtime/task_dispatcher.h"
+#include "loader/runtime/parent/task_dispatcher.h"
 
 namespace loader::runtime {
 namespace {

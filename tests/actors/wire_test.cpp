@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "loader/error.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 #include "loader/runtime/wire.h"
 
 namespace loader::runtime {

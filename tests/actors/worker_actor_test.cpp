@@ -19,10 +19,10 @@
 #include "loader/runtime/batch_codec.h"
 #include "loader/runtime/child/worker_actor.h"
 #include "loader/runtime/rng_state_page.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 #include "loader/runtime/wire.h"
-#include "loader/runtime/worker_core.h"
-#include "loader/runtime/worker_link.h"
+#include "loader/runtime/child/worker_core.h"
+#include "loader/runtime/parent/worker_link.h"
 
 namespace loader::runtime {
 namespace {

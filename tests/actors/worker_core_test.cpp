@@ -15,9 +15,9 @@
 #include "loader/error.h"
 #include "loader/generator.h"
 #include "loader/runtime/batch_codec.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 #include "loader/runtime/wire.h"
-#include "loader/runtime/worker_core.h"
+#include "loader/runtime/child/worker_core.h"
 #include "loader/worker_info.h"
 
 namespace loader::runtime {

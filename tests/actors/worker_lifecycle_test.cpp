@@ -1,7 +1,7 @@
 // WorkerLifecycle without threads or processes: states, generations, held tasks.
 #include <gtest/gtest.h>
 
-#include "loader/runtime/worker_lifecycle.h"
+#include "loader/runtime/parent/worker_lifecycle.h"
 
 namespace loader::runtime {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "loader/runtime/shm.h"
-#include "loader/runtime/worker_slabs.h"
+#include "loader/runtime/os/shm.h"
+#include "loader/runtime/parent/worker_slabs.h"
 
 namespace loader::runtime {
 namespace {

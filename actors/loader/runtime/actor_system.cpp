@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "loader/error.h"
-#include "loader/runtime/os_error.h"
+#include "loader/runtime/os/os_error.h"
 
 namespace loader::runtime {
 

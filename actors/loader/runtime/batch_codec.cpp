@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "loader/error.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 
 namespace loader::runtime {
 

@@ -60,15 +60,15 @@
 #include "loader/epoch_stats.h"
 #include "loader/fetch.h"
 #include "loader/runtime/epoch.h"
-#include "loader/runtime/reorder_buffer.h"
+#include "loader/runtime/parent/reorder_buffer.h"
 #include "loader/runtime/worker_rings.h"
-#include "loader/runtime/shm.h"
-#include "loader/runtime/slab_store.h"
-#include "loader/runtime/slot_actor.h"
-#include "loader/runtime/task_dispatcher.h"
-#include "loader/runtime/worker_core.h"
-#include "loader/runtime/worker_lifecycle.h"
-#include "loader/runtime/worker_link.h"
+#include "loader/runtime/os/shm.h"
+#include "loader/runtime/parent/slab_store.h"
+#include "loader/runtime/parent/slot_actor.h"
+#include "loader/runtime/parent/task_dispatcher.h"
+#include "loader/runtime/child/worker_core.h"
+#include "loader/runtime/parent/worker_lifecycle.h"
+#include "loader/runtime/parent/worker_link.h"
 
 namespace loader::runtime {
 

@@ -50,7 +50,7 @@
 #include <optional>
 #include <string>
 
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 #include "loader/runtime/wire.h"
 
 namespace loader::runtime {

@@ -3,7 +3,7 @@
 #include <poll.h>
 
 #include "loader/runtime/wire.h"
-#include "loader/runtime/worker_core.h"
+#include "loader/runtime/child/worker_core.h"
 #include "loader/runtime/worker_rings.h"
 
 namespace loader::runtime {

@@ -6,7 +6,7 @@
 
 #include "loader/error.h"
 #include "loader/runtime/rng_state_page.h"
-#include "loader/runtime/worker_core.h"
+#include "loader/runtime/child/worker_core.h"
 
 namespace loader::runtime {
 

@@ -10,7 +10,7 @@
 #include "loader/runtime/actor_system.h"
 #include "loader/runtime/child/uplink_actor.h"
 #include "loader/runtime/child/worker_actor.h"
-#include "loader/runtime/os_error.h"
+#include "loader/runtime/os/os_error.h"
 #include "loader/runtime/rng_state_page.h"
 
 namespace loader::runtime {

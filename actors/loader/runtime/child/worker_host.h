@@ -34,7 +34,7 @@
 #include "loader/runtime/child/uplink.h"
 #include "loader/runtime/inline_executor.h"
 #include "loader/runtime/protocol.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 #include "loader/runtime/wire.h"
 #include "loader/runtime/worker_rings.h"
 

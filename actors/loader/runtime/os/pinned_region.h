@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "loader/pinned.h"
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 
 namespace loader::runtime {
 

@@ -1,4 +1,4 @@
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "loader/runtime/os_error.h"
+#include "loader/runtime/os/os_error.h"
 
 namespace bip = boost::interprocess;
 

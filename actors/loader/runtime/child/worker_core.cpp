@@ -1,4 +1,4 @@
-#include "loader/runtime/worker_core.h"
+#include "loader/runtime/child/worker_core.h"
 
 #include <chrono>
 

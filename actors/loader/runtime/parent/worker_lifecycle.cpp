@@ -1,4 +1,4 @@
-#include "loader/runtime/worker_lifecycle.h"
+#include "loader/runtime/parent/worker_lifecycle.h"
 
 #include <cstring>
 #include <sstream>

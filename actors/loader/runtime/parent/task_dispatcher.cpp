@@ -1,4 +1,4 @@
-#include "loader/runtime/task_dispatcher.h"
+#include "loader/runtime/parent/task_dispatcher.h"
 
 namespace loader::runtime {
 

@@ -19,7 +19,7 @@
 
 #include "loader/pinned.h"
 #include "loader/runtime/os/pinned_region.h"
-#include "loader/runtime/worker_slabs.h"
+#include "loader/runtime/parent/worker_slabs.h"
 
 namespace loader::runtime {
 

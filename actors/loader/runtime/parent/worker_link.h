@@ -27,10 +27,10 @@
 #include <string>
 #include <thread>
 
-#include "loader/runtime/child_process.h"
-#include "loader/runtime/oom.h"
+#include "loader/runtime/os/child_process.h"
+#include "loader/runtime/os/oom.h"
 #include "loader/runtime/wire.h"
-#include "loader/runtime/worker_lifecycle.h"
+#include "loader/runtime/parent/worker_lifecycle.h"
 
 namespace loader::runtime {
 

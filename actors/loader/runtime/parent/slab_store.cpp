@@ -1,4 +1,4 @@
-#include "loader/runtime/slab_store.h"
+#include "loader/runtime/parent/slab_store.h"
 
 #include "loader/warnings.h"
 

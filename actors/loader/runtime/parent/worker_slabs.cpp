@@ -1,4 +1,4 @@
-#include "loader/runtime/worker_slabs.h"
+#include "loader/runtime/parent/worker_slabs.h"
 
 #include <algorithm>
 #include <atomic>

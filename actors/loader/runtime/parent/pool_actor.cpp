@@ -1,4 +1,4 @@
-#include "loader/runtime/pool_actor.h"
+#include "loader/runtime/parent/pool_actor.h"
 
 #include "loader/runtime/pipeline.h"
 

@@ -1,4 +1,4 @@
-#include "loader/runtime/worker_link.h"
+#include "loader/runtime/parent/worker_link.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 #include <system_error>
 
 #include "loader/error.h"
-#include "loader/runtime/os_error.h"
+#include "loader/runtime/os/os_error.h"
 #include "loader/runtime/child/worker_host.h"
 
 namespace loader::runtime {

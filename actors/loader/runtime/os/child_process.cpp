@@ -1,4 +1,4 @@
-#include "loader/runtime/child_process.h"
+#include "loader/runtime/os/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "loader/error.h"
-#include "loader/runtime/os_error.h"
-#include "loader/runtime/worker_lifecycle.h"
+#include "loader/runtime/os/os_error.h"
+#include "loader/runtime/parent/worker_lifecycle.h"
 
 extern char** environ;
 

@@ -1,4 +1,4 @@
-#include "loader/runtime/oom.h"
+#include "loader/runtime/os/oom.h"
 
 #include <fstream>
 #include <sstream>

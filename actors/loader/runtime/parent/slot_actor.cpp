@@ -1,4 +1,4 @@
-#include "loader/runtime/slot_actor.h"
+#include "loader/runtime/parent/slot_actor.h"
 
 namespace loader::runtime {
 

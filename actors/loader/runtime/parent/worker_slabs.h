@@ -20,7 +20,7 @@
 #include <optional>
 #include <vector>
 
-#include "loader/runtime/shm.h"
+#include "loader/runtime/os/shm.h"
 
 namespace loader::runtime {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "loader/runtime/protocol.h"
-#include "loader/runtime/slot_actor.h"
+#include "loader/runtime/parent/slot_actor.h"
 
 namespace loader::runtime {
 

@@ -14,10 +14,10 @@
 #include "loader/runtime/checkpoint.h"
 #include "loader/runtime/epoch.h"
 #include "loader/runtime/pipeline.h"
-#include "loader/runtime/pool.h"
-#include "loader/runtime/pool_actor.h"
+#include "loader/runtime/parent/pool.h"
+#include "loader/runtime/parent/pool_actor.h"
 #include "loader/runtime/protocol.h"
-#include "loader/runtime/slab_store.h"
+#include "loader/runtime/parent/slab_store.h"
 #include "loader/runtime/worker_main_loop.h"
 #include "loader/warnings.h"
 
