@@ -1,10 +1,13 @@
-// The parent <-> worker-process link: length-prefixed frames over a Unix stream
-// socket, with file descriptors (shared-memory slabs) passed as SCM_RIGHTS.
+// The frames between the main process and a worker: the transport under the worker
+// actor's messages (protocol.h).  Task and Result frames travel in the shared-memory
+// rings (worker_rings.h); every frame travels on the worker's Unix stream socket when
+// a ring cannot take it, and the frames that carry a descriptor (a slab, the state page,
+// the rings) always do, the descriptor passed as SCM_RIGHTS.  In the worker, the worker
+// host turns each frame into the worker actor's message (child/worker_host.h); in the
+// main process the pipeline reads them (pipeline.h).
 //
 // Frame: u32 length of (type + body), u8 type, body.  Bodies are built with
-// put_u64 / put_string and read with the Reader below.  The same frames would run
-// over TCP to a worker on another host, with batches inline instead of in slabs
-// (docs/architecture.md, "Workers on other hosts").
+// put_u64 / put_string and read with the Reader below.
 #pragma once
 
 #include <cstdint>

@@ -2,9 +2,9 @@
 //
 // It rebuilds the dataset from its handle, seeds the worker's default generator
 // with base_seed + id, runs worker_init_fn, and turns tasks into batches written
-// into shared-memory slabs.  The same class runs inside a worker process (driven
-// by the frame loop in worker_main.cpp) and inside an in-process worker actor
-// (tests), so both behave identically.
+// into shared-memory slabs.  The worker actor (worker_actor.h) is its shell, in a
+// worker process and in an in-process worker thread alike, so both behave
+// identically; tests drive it directly.
 //
 //   WorkerCore core(config);                        // may throw: init errors
 //   core.add_slab(1, base, size);

@@ -4,8 +4,10 @@
 // reads that socket.  Owned by exactly one Pipeline slot; move-free (held by unique_ptr).
 //
 // Threads and who calls what:
-//   - start(), stop(), kill_frozen(): the owner (the pool: application thread or
-//     the worker's actor), never two at once (the pool serialises them).
+//   - the constructor (which starts the worker), stop(), kill_with_reason(): the owner
+//     (the pipeline), never two at once: a restart and the watchdog's kill run on the
+//     slot's actor, one message at a time; the first start and shutdown run on the
+//     application thread, before the actors exist and after they are gone.
 //   - send(): any thread; writes are serialised by the link's write mutex.
 //   - the reader thread calls LinkEvents::on_frame for every frame, then
 //     LinkEvents::on_down exactly once when the socket breaks (unless stop() was
