@@ -21,16 +21,47 @@
 //   model.load_state_dict(torch.load("fashion_mlp.pt"))
 // accepts (demos/check_checkpoint.py evaluates it in PyTorch).  --resume reads such
 // a file (written by this program or by PyTorch) and continues from its weights;
-// the optimizer state and the learning-rate schedule start afresh.
+// the optimizer state and the learning-rate schedule start afresh (a training
+// checkpoint, below, restores them too).
+//
+// --checkpoint PATH.pt --checkpoint-every N saves the whole training state every N
+// optimizer steps (default: at the end of every epoch), replacing PATH.pt atomically
+// (PATH.pt.tmp is written, fsync'ed and renamed over it, so a kill at any moment
+// leaves the previous checkpoint or the new one, never a torn file).  It is one dict,
+// whose entries this program makes of tensors, ints, strings, bools, lists and dicts
+// only (floats as 0-dim float64 tensors: torch 1.13's torch.load(path,
+// weights_only=True) reads no Python float; "loader" is as the DataLoader makes it):
+//   {"model":        the state_dict --out writes,
+//    "optimizer":    torch.optim.Adam's / SGD's state_dict() layout: {"state": {0: {"step",
+//                    "exp_avg", "exp_avg_sq"} or {"momentum_buffer"}, ...}, "param_groups":
+//                    [{"lr", ..., "params": [0..5]}]} (parameters in model.parameters() order),
+//    "step":         optimizer steps done (the cosine schedule's position),
+//    "epoch":        the epoch (from 1) that step belongs to,
+//    "loader":       DataLoader::state_dict(): the shuffle's and the default generator's
+//                    states and where the epoch stands,
+//    "epoch_totals": the running loss/accuracy sums of that epoch (so its printed figures
+//                    match too),
+//    "config":       the options that change the result (batch_size, seed, hidden,
+//                    optimizer, lr, momentum, schedule, epochs, train_samples; and
+//                    workers, which does not: any --workers resumes it)}.
+// --resume also takes such a training checkpoint: the weights, the optimizer's moments
+// and step count, the schedule's position and the loader's place in the epoch are
+// restored, so a run killed at any step (even SIGKILL) and started again with the same
+// command plus --resume PATH.pt writes exactly the --out bytes of an uninterrupted run,
+// whatever --workers is.  A checkpoint made with other result-changing options is
+// refused, naming the option and both values (start afresh, or use the old options).
+// --train-samples N trains on N samples per epoch (RandomSampler's num_samples: the
+// first N of each epoch's shuffle) for quick runs and tests.
 //
 // Every epoch prints the mean training loss, the accuracy on the training batches
 // and on the 10,000 test images, samples per second and how long the trainer waited
 // for data; a progress bar runs while the epoch does when standard output is a
 // terminal.  The last line of output is one JSON object with the results.  --log
-// writes the per-epoch figures as JSON lines, which scripts/plot_training.py turns
-// into a PNG:
+// writes the per-epoch figures as JSON lines (a run resumed from a training checkpoint
+// keeps the lines of the epochs before it), which scripts/plot_training.py turns into a PNG:
 //   {"epoch": 1, "loss": 0.52, "train_accuracy": 0.81, "test_accuracy": 0.85,
 //    "samples_per_s": 41000, "data_wait_s": 0.21, "epoch_s": 1.46, "lr": 0.00099, "workers": 2}
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <Eigen/Dense>
@@ -84,6 +115,9 @@ struct Options {
   std::string root = loader::FashionMNIST::kDefaultRoot;
   std::string out;
   std::string resume;
+  std::string checkpoint;
+  int64_t checkpoint_every = 0;  // 0: the last step of every epoch
+  int64_t train_samples = 0;     // 0: the whole training set every epoch
   std::string log;
   int threads = 0;  // BLAS threads; 0: library default
   int progress = -1;  // -1: when stdout is a terminal
@@ -93,6 +127,7 @@ const char* kUsage =
     "usage: fashion_mnist_train [--epochs N] [--workers W] [--batch-size B] [--optimizer adam|sgd]\n"
     "                           [--lr LR] [--momentum M] [--schedule cosine|constant] [--seed S]\n"
     "                           [--hidden 256,128] [--root DIR] [--out PATH.pt] [--resume PATH.pt]\n"
+    "                           [--checkpoint PATH.pt [--checkpoint-every N]] [--train-samples N]\n"
     "                           [--log PATH.jsonl]\n"
     "                           [--threads T] [--progress | --no-progress]\n"
     "  --epochs N        passes over the 60,000 training images (default 15; 0 only evaluates)\n"
@@ -104,7 +139,11 @@ const char* kUsage =
     "  --hidden LIST     hidden layer sizes (default 256,128: the documented model)\n"
     "  --root DIR        Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)\n"
     "  --out PATH.pt     write the trained weights as a PyTorch state_dict\n"
-    "  --resume PATH.pt  start from the weights in a state_dict written by this program or PyTorch\n"
+    "  --resume PATH.pt  start from the weights in a state_dict written by this program or PyTorch,\n"
+    "                    or go on exactly where a --checkpoint file left off (same options)\n"
+    "  --checkpoint PATH.pt  save weights, optimizer, schedule and data position (atomically)\n"
+    "  --checkpoint-every N  ... every N optimizer steps (default: at the end of every epoch)\n"
+    "  --train-samples N training samples per epoch, the first N of each shuffle (default all)\n"
     "  --log PATH.jsonl  append one JSON line per epoch (loss, accuracies, samples/s, data wait)\n"
     "  --threads T       BLAS threads for the matrix products (default: the library's)\n";
 
@@ -175,11 +214,16 @@ Options parse_args(int argc, char** argv) {
     } else if (a == "--root") o.root = v;
     else if (a == "--out") o.out = v;
     else if (a == "--resume") o.resume = v;
+    else if (a == "--checkpoint") o.checkpoint = v;
+    else if (a == "--checkpoint-every") o.checkpoint_every = parse_int(a, v, 1);
+    else if (a == "--train-samples") o.train_samples = parse_int(a, v, 1);
     else if (a == "--log") o.log = v;
     else if (a == "--threads") o.threads = static_cast<int>(parse_int(a, v, 1));
     else usage_error("unknown option " + a);
   }
   if (o.lr < 0) o.lr = o.optimizer == "adam" ? 1e-3 : 0.05;
+  if (o.checkpoint_every > 0 && o.checkpoint.empty())
+    usage_error("--checkpoint-every needs --checkpoint PATH.pt (where to save)");
   return o;
 }
 
@@ -299,6 +343,10 @@ class Adam {
  public:
   explicit Adam(double lr) : lr_(lr) {}
   void set_lr(double lr) { lr_ = lr; }
+  /// Steps taken: the bias corrections' t (PyTorch's state["step"]).  The moments are
+  /// the layers' m_* (exp_avg) and v_* (exp_avg_sq).
+  int steps() const { return t_; }
+  void set_steps(int t) { t_ = t; }
   void step(MLP& model) {
     ++t_;
     const double bc1 = 1 - std::pow(kBeta1, t_), bc2 = 1 - std::pow(kBeta2, t_);
@@ -327,6 +375,10 @@ class SGD {
  public:
   SGD(double lr, double momentum) : lr_(static_cast<float>(lr)), momentum_(static_cast<float>(momentum)) {}
   void set_lr(double lr) { lr_ = static_cast<float>(lr); }
+  /// Whether the momentum buffers (the layers' m_*) exist yet: PyTorch's state is
+  /// empty before the first step, which copies the gradient instead of decaying.
+  bool started() const { return !first_; }
+  void set_started(bool started) { first_ = !started; }
   void step(MLP& model) {
     for (auto& l : model.layers()) {
       update(l.weight.array(), l.grad_weight.array(), l.m_weight.array());
@@ -351,32 +403,42 @@ class SGD {
 };
 
 // ------------------------------------------------------------------ checkpoints
+/// A float32 tensor holding a copy of `n` floats at `p`.
+loader::Value float_tensor(const float* p, const loader::Dims& sizes) {
+  auto t = loader::Tensor::empty(sizes, loader::DType::Float32);
+  std::memcpy(t.data_ptr(), p, t.nbytes());
+  return loader::Value(std::move(t));
+}
+
 /// The model's state_dict as PyTorch's nn.Sequential names it.
 loader::Value state_dict(const MLP& model) {
   std::vector<std::pair<loader::Value, loader::Value>> items;
   for (size_t k = 0; k < model.layers().size(); ++k) {
     const Linear& l = model.layers()[k];
-    auto w = loader::Tensor::empty({l.weight.rows(), l.weight.cols()}, loader::DType::Float32);
-    std::memcpy(w.data_ptr(), l.weight.data(), w.nbytes());
-    auto b = loader::Tensor::empty({l.bias.size()}, loader::DType::Float32);
-    std::memcpy(b.data_ptr(), l.bias.data(), b.nbytes());
-    items.emplace_back(loader::Value(MLP::module_name(k) + ".weight"), loader::Value(std::move(w)));
-    items.emplace_back(loader::Value(MLP::module_name(k) + ".bias"), loader::Value(std::move(b)));
+    items.emplace_back(loader::Value(MLP::module_name(k) + ".weight"),
+                       float_tensor(l.weight.data(), {l.weight.rows(), l.weight.cols()}));
+    items.emplace_back(loader::Value(MLP::module_name(k) + ".bias"), float_tensor(l.bias.data(), {l.bias.size()}));
   }
   return loader::Value::dict(std::move(items), "collections.OrderedDict");
 }
 
-/// torch.save(model.state_dict(), path), including the state_dict's `_metadata`
-/// attribute ({"": {"version": 1}, "0": {"version": 1}, ...}, one entry per module).
-void save_state_dict(const MLP& model, const std::string& path) {
+/// model.state_dict() with its `_metadata` attribute ({"": {"version": 1}, "0":
+/// {"version": 1}, ...}, one entry per module), for SaveOptions::states: the state_dict
+/// is `.object`, which may be saved alone or inside a bigger dict.
+loader::pt::ObjectState state_dict_with_metadata(const MLP& model) {
   loader::Value sd = state_dict(model);
   std::vector<std::pair<loader::Value, loader::Value>> meta;
   auto version = [] { return loader::Value::dict({{"version", 1}}); };
   meta.emplace_back(loader::Value(""), version());
   for (size_t m = 0; m < 2 * model.layers().size(); ++m) meta.emplace_back(loader::Value(std::to_string(m)), version());
+  return {sd, loader::Value::dict({{"_metadata", loader::Value::dict(std::move(meta), "collections.OrderedDict")}})};
+}
+
+/// torch.save(model.state_dict(), path).
+void save_state_dict(const MLP& model, const std::string& path) {
   loader::pt::SaveOptions so;
-  so.states.push_back({sd, loader::Value::dict({{"_metadata", loader::Value::dict(std::move(meta), "collections.OrderedDict")}})});
-  loader::pt::save(sd, path, so);
+  so.states.push_back(state_dict_with_metadata(model));
+  loader::pt::save(so.states.back().object, path, so);
 }
 
 /// load_state_dict(strict=True): every key present with the right shape, no extra keys.
@@ -412,6 +474,324 @@ void load_state_dict(MLP& model, const loader::Value& sd, const std::string& pat
   if (!tensors.empty())
     throw loader::ValueError(path + ": Unexpected key \"" + tensors.begin()->first +
                              "\" in state_dict (check --hidden)");
+}
+
+// ------------------------------------------------------------------ training checkpoints
+// What --checkpoint saves and --resume restores (the top-of-file comment lists the
+// entries).  Everything the next step reads is in it: the weights, both moments and
+// the step count of Adam (its bias corrections) or SGD's momentum buffers, the step (the
+// cosine schedule's position), and the loader's state_dict (the shuffle generator and
+// the default generator, which the loader's base_seed draws come from, and where the
+// epoch stands).  The rest of the run is a function of these alone.
+
+/// A float as the training checkpoint stores it: a 0-dim float64 tensor, because torch
+/// 1.13's torch.load(weights_only=True) reads no Python float (its unpickler refuses
+/// BINFLOAT), and a tensor keeps every bit.
+loader::Value float_value(double x) {
+  auto t = loader::Tensor::empty(loader::Dims{}, loader::DType::Float64);
+  *t.data<double>() = x;
+  return loader::Value(std::move(t));
+}
+
+/// The number in a float_value() (or a plain float or int).
+double float_of(const loader::Value& v, const std::string& what) {
+  if (v.is_number()) return v.to_double();
+  if (v.is_tensor() && v.to_tensor().numel() == 1) return v.to_tensor().to(loader::DType::Float64).data<double>()[0];
+  throw loader::ValueError(what + " is " + v.repr() + ", not a number (the file is damaged, or not a checkpoint of "
+                           "this trainer)");
+}
+
+/// A parameter in model.parameters() order (1.weight, 1.bias, 3.weight, ...: what
+/// PyTorch's optimizer state_dict numbers 0, 1, 2, ...) with its optimizer buffers.
+struct Param {
+  float* value;
+  float* m;  // Adam's exp_avg, SGD's momentum_buffer
+  float* v;  // Adam's exp_avg_sq
+  loader::Dims sizes;
+};
+
+std::vector<Param> parameters(MLP& model) {
+  std::vector<Param> ps;
+  for (Linear& l : model.layers()) {
+    ps.push_back({l.weight.data(), l.m_weight.data(), l.v_weight.data(), {l.weight.rows(), l.weight.cols()}});
+    ps.push_back({l.bias.data(), l.m_bias.data(), l.v_bias.data(), {l.bias.size()}});
+  }
+  return ps;
+}
+
+/// CosineAnnealingLR(T_max = total_steps) after `step` scheduler steps (closed form).
+double lr_at(const Options& opt, int64_t step, double total_steps) {
+  return opt.schedule == "cosine" ? opt.lr * (1 + std::cos(kPi * static_cast<double>(step) / total_steps)) / 2 : opt.lr;
+}
+
+/// optimizer.state_dict() as torch.optim.Adam / SGD (1.13) lay it out (the per-parameter
+/// tensors under PyTorch's names; the float hyperparameters as float_value()s); `lr` is
+/// the learning rate of the next step (the scheduler has set it).
+loader::Value optimizer_state_dict(MLP& model, const Options& opt, const Adam& adam, const SGD& sgd, double lr) {
+  using loader::Value;
+  const bool is_adam = opt.optimizer == "adam";
+  std::vector<Param> ps = parameters(model);
+  std::vector<std::pair<Value, Value>> state;
+  std::vector<Value> ids;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ids.emplace_back(static_cast<int64_t>(i));
+    // PyTorch has no state for a parameter before its first step.
+    if (is_adam && adam.steps() > 0) {
+      auto step = loader::Tensor::empty(loader::Dims{}, loader::DType::Float32);  // torch.tensor(float(step))
+      *step.data<float>() = static_cast<float>(adam.steps());
+      state.emplace_back(Value(static_cast<int64_t>(i)),
+                         Value::dict({{"step", Value(std::move(step))},
+                                      {"exp_avg", float_tensor(ps[i].m, ps[i].sizes)},
+                                      {"exp_avg_sq", float_tensor(ps[i].v, ps[i].sizes)}}));
+    } else if (!is_adam && sgd.started()) {
+      state.emplace_back(Value(static_cast<int64_t>(i)),
+                         Value::dict({{"momentum_buffer", opt.momentum > 0 ? float_tensor(ps[i].m, ps[i].sizes) : Value()}}));
+    }
+  }
+  std::vector<std::pair<Value, Value>> group;
+  auto add = [&](const char* key, Value v) { group.emplace_back(Value(key), std::move(v)); };
+  add("lr", float_value(lr));
+  if (is_adam) {
+    add("betas", Value::tuple({float_value(0.9), float_value(0.999)}));
+    add("eps", float_value(1e-8));
+    add("weight_decay", 0);
+    add("amsgrad", false);
+    add("maximize", false);
+    add("foreach", Value());
+    add("capturable", false);
+    add("differentiable", false);
+    add("fused", false);
+  } else {
+    add("momentum", float_value(opt.momentum));
+    add("dampening", 0);
+    add("weight_decay", 0);
+    add("nesterov", false);
+    add("maximize", false);
+    add("foreach", Value());
+    add("differentiable", false);
+  }
+  if (opt.schedule == "cosine") add("initial_lr", float_value(opt.lr));  // set by the LR scheduler
+  add("params", Value::list(std::move(ids)));
+  return Value::dict({{"state", Value::dict(std::move(state))}, {"param_groups", Value::list({Value::dict(std::move(group))})}});
+}
+
+/// Copies the float tensor `v` (float32 or convertible, shape `want`) to `dst`.
+void copy_float_tensor(const loader::Value& v, const loader::Dims& want, float* dst, const std::string& what) {
+  if (!loader::pt::is_tensor_like(v))
+    throw loader::ValueError(what + " is a " + v.python_type() + ", not a tensor (the file is not a checkpoint of this "
+                             "trainer, or it is damaged)");
+  const loader::Tensor& t = loader::pt::tensor_of(v);
+  if (t.sizes() != want)
+    throw loader::ValueError(what + " has shape " + t.sizes().str() + ", the model's parameter has " + want.str() +
+                             " (check --hidden)");
+  loader::Tensor f = t.to(loader::DType::Float32).contiguous();
+  std::memcpy(dst, f.data_ptr(), f.nbytes());
+}
+
+/// Loads an optimizer_state_dict() into the model's buffers and the optimizer.
+void load_optimizer_state(const loader::Value& o, MLP& model, const Options& opt, Adam& adam, SGD& sgd,
+                          const std::string& where) {
+  if (!o.is_dict() || !o.contains("state") || !o.at("state").is_dict())
+    throw loader::ValueError(where + " is not an optimizer state_dict (no \"state\" dict): the file is not a checkpoint "
+                             "of this trainer, or it is damaged");
+  const loader::Value& state = o.at("state");
+  std::vector<Param> ps = parameters(model);
+  const bool is_adam = opt.optimizer == "adam";
+  if (state.size() == 0) {  // saved before the first step: nothing to restore
+    adam.set_steps(0);
+    sgd.set_started(false);
+    return;
+  }
+  if (state.size() != ps.size())
+    throw loader::ValueError(where + " holds the state of " + std::to_string(state.size()) + " parameters, the model has " +
+                             std::to_string(ps.size()) + " (check --hidden)");
+  std::optional<int64_t> steps;
+  for (const auto& item : state.dict_items()) {
+    const loader::Value& key = item.first;
+    const loader::Value& entry = item.second;
+    const int64_t i = key.is_int() ? key.to_int() : -1;
+    if (i < 0 || i >= static_cast<int64_t>(ps.size()) || !entry.is_dict())
+      throw loader::ValueError(where + ": unexpected entry " + key.repr() + " in \"state\" (parameters are numbered 0 to " +
+                               std::to_string(ps.size() - 1) + ")");
+    const Param& p = ps[static_cast<size_t>(i)];
+    const std::string at = where + "[\"state\"][" + std::to_string(i) + "]";
+    auto need = [&](const char* name) -> const loader::Value& {
+      if (!entry.contains(name))
+        throw loader::ValueError(at + " has no \"" + name + "\" (a checkpoint of --optimizer " + opt.optimizer +
+                                 " has one for every parameter)");
+      return entry.at(name);
+    };
+    if (is_adam) {
+      const loader::Value& s = need("step");
+      const int64_t t = s.is_tensor() ? static_cast<int64_t>(s.to_tensor().to(loader::DType::Float64).data<double>()[0])
+                                      : s.to_int();
+      if (steps && *steps != t)
+        throw loader::ValueError(at + "[\"step\"] is " + std::to_string(t) + ", another parameter's is " +
+                                 std::to_string(*steps) + " (this trainer steps all parameters together)");
+      steps = t;
+      copy_float_tensor(need("exp_avg"), p.sizes, p.m, at + "[\"exp_avg\"]");
+      copy_float_tensor(need("exp_avg_sq"), p.sizes, p.v, at + "[\"exp_avg_sq\"]");
+    } else {
+      const loader::Value& buf = need("momentum_buffer");
+      if (!buf.is_none()) copy_float_tensor(buf, p.sizes, p.m, at + "[\"momentum_buffer\"]");
+    }
+  }
+  if (is_adam) adam.set_steps(static_cast<int>(*steps));
+  else sgd.set_started(true);
+}
+
+/// The options that change the trained weights (and --workers, which does not; kept to
+/// resume the loader strictly when it is the same).
+loader::Value config_of(const Options& opt) {
+  std::vector<loader::Value> hidden;
+  for (int64_t h : opt.hidden) hidden.emplace_back(h);
+  return loader::Value::dict({{"batch_size", opt.batch_size},
+                              {"seed", static_cast<int64_t>(opt.seed)},
+                              {"hidden", loader::Value::list(std::move(hidden))},
+                              {"optimizer", opt.optimizer},
+                              {"lr", float_value(opt.lr)},
+                              {"momentum", float_value(opt.momentum)},
+                              {"schedule", opt.schedule},
+                              {"epochs", opt.epochs},
+                              {"train_samples", opt.train_samples},
+                              {"workers", opt.workers}});
+}
+
+/// An option's value as it would be typed, e.g. "--hidden 256,128" or "no --train-samples".
+std::string option_text(const std::string& flag, const loader::Value& v) {
+  if (v.is_list()) {
+    std::string s;
+    for (const auto& x : v.items()) s += (s.empty() ? "" : ",") + x.repr();
+    return flag + " " + s;
+  }
+  if (v.is_double() || v.is_tensor()) {
+    const double x = float_of(v, flag);
+    char buf[40];
+    for (int digits = 6; digits <= 17; ++digits) {  // the shortest text that reads back the same
+      std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+      if (std::strtod(buf, nullptr) == x) break;
+    }
+    return flag + " " + buf;
+  }
+  if (v.is_string()) return flag + " " + v.to_string();
+  if (flag == "--train-samples" && v.is_int() && v.to_int() == 0) return "no --train-samples";
+  return flag + " " + v.repr();
+}
+
+/// Refuses a training checkpoint of a run with other result-changing options: resuming
+/// it would give neither that run's weights nor this one's.
+void check_config(const loader::Value& saved, const Options& opt, const std::string& path) {
+  if (!saved.is_dict())
+    throw loader::ValueError(path + ": \"config\" is a " + saved.python_type() + ", not a dict (the file is not a "
+                             "checkpoint of this trainer, or it is damaged)");
+  const loader::Value now = config_of(opt);
+  const std::pair<const char*, const char*> options[] = {
+      {"batch_size", "--batch-size"}, {"seed", "--seed"},     {"hidden", "--hidden"},
+      {"optimizer", "--optimizer"},   {"lr", "--lr"},         {"momentum", "--momentum"},
+      {"schedule", "--schedule"},     {"epochs", "--epochs"}, {"train_samples", "--train-samples"}};
+  std::string then, here;  // every option that differs, not just the first
+  for (const auto& [key, flag] : options) {
+    if (std::string(key) == "momentum" && opt.optimizer != "sgd") continue;  // Adam does not use it
+    if (!saved.contains(key))
+      throw loader::ValueError(path + ": \"config\" has no \"" + key + "\" (the file is not a checkpoint of this "
+                               "trainer, or it is damaged)");
+    if (saved.at(key) != now.at(key)) {
+      then += (then.empty() ? "" : ", ") + option_text(flag, saved.at(key));
+      here += (here.empty() ? "" : ", ") + option_text(flag, now.at(key));
+    }
+  }
+  if (!then.empty())
+    throw loader::ValueError("--resume " + path + " is a checkpoint of a run with " + then + "; this run has " + here +
+                             ": it only continues the run it came from (run with that run's options, or without "
+                             "--resume to start afresh)");
+}
+
+/// Whether `v` (the contents of a --resume file) is a training checkpoint rather than a
+/// plain state_dict (whose entries are all tensors).
+bool is_training_checkpoint(const loader::Value& v) {
+  return v.is_dict() && v.contains("model") && v.contains("optimizer") && v.contains("loader") && v.contains("config");
+}
+
+/// Replaces `path` with `bytes` so that a kill or a power cut at any moment leaves the
+/// old file or the new one, whole: write path.tmp, fsync it, rename it over `path`,
+/// fsync the directory (which makes the rename durable).
+void replace_file_durably(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw loader::RuntimeError("cannot create the checkpoint " + tmp + ": " + std::strerror(errno) +
+                               " (does its directory exist and is it writable?)");
+  auto fail = [&](const std::string& what) {
+    const std::string err = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw loader::RuntimeError(what + " the checkpoint " + tmp + " failed: " + err + " (is the disk full?); " + path +
+                               " still holds the previous checkpoint");
+  };
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("writing");
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("syncing");
+  if (::close(fd) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw loader::RuntimeError("closing the checkpoint " + tmp + " failed: " + err);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw loader::RuntimeError("cannot rename the checkpoint " + tmp + " to " + path + ": " + err);
+  }
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // best effort: some file systems refuse fsync on a directory
+    ::close(dfd);
+  }
+}
+
+/// The running sums of the epoch in progress, which its printed figures come from.
+struct EpochTotals {
+  double loss_sum = 0;
+  int64_t seen = 0, correct = 0, done = 0;
+};
+
+/// Writes the training checkpoint (see the top of the file) to `path`.
+void save_training_checkpoint(const std::string& path, MLP& model, const Options& opt, const Adam& adam,
+                              const SGD& sgd, int64_t step, double total_steps, int epoch, loader::Value loader_state,
+                              const EpochTotals& totals) {
+  loader::pt::SaveOptions so;
+  so.states.push_back(state_dict_with_metadata(model));
+  // torch.save(ck, path) names the archive after the file; the temporary name must not leak in.
+  const size_t slash = path.find_last_of('/');
+  std::string stem = path.substr(slash == std::string::npos ? 0 : slash + 1);
+  if (stem.rfind('.') != std::string::npos) stem.resize(stem.rfind('.'));
+  so.archive_name = stem.empty() ? "archive" : stem;
+  const loader::Value ck = loader::Value::dict(
+      {{"model", so.states.back().object},
+       {"optimizer", optimizer_state_dict(model, opt, adam, sgd, lr_at(opt, step, total_steps))},
+       {"step", step},
+       {"epoch", epoch},
+       {"loader", std::move(loader_state)},
+       {"epoch_totals", loader::Value::dict({{"loss_sum", float_value(totals.loss_sum)},
+                                             {"samples", totals.seen},
+                                             {"correct", totals.correct},
+                                             {"batches", totals.done}})},
+       {"config", config_of(opt)}});
+  replace_file_durably(path, loader::pt::save_bytes(ck, so));
+}
+
+/// int(ck[key]) of a training checkpoint, in [lo, hi].
+int64_t checkpoint_int(const loader::Value& ck, const std::string& key, int64_t lo, int64_t hi, const std::string& path) {
+  if (!ck.contains(key) || !ck.at(key).is_int() || ck.at(key).to_int() < lo || ck.at(key).to_int() > hi)
+    throw loader::ValueError(path + ": \"" + key + "\" is " + (ck.contains(key) ? ck.at(key).repr() : "missing") +
+                             ", expected an int in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                             "] (the file is damaged, or not a checkpoint of this trainer)");
+  return ck.at(key).to_int();
 }
 
 // ------------------------------------------------------------------ evaluation
@@ -506,9 +886,22 @@ int train(const Options& opt) {
   loader::manual_seed(opt.seed);
   MLP model(784, opt.hidden, loader::FashionMNIST::kNumClasses);
   model.reset_parameters(loader::default_generator());
+  Adam adam(opt.lr);
+  SGD sgd(opt.lr, opt.momentum);
+  // A training checkpoint (--checkpoint) goes on where it was taken; a plain state_dict
+  // only gives the starting weights.
+  std::optional<loader::Value> resumed;
   if (!opt.resume.empty()) {
-    load_state_dict(model, loader::pt::load(opt.resume), opt.resume);
-    std::printf("resumed from %s\n", opt.resume.c_str());
+    loader::Value file = loader::pt::load(opt.resume);
+    if (is_training_checkpoint(file)) {
+      check_config(file.at("config"), opt, opt.resume);
+      load_state_dict(model, file.at("model"), opt.resume + " [\"model\"]");
+      load_optimizer_state(file.at("optimizer"), model, opt, adam, sgd, opt.resume + " [\"optimizer\"]");
+      resumed = std::move(file);
+    } else {
+      load_state_dict(model, file, opt.resume);
+      std::printf("resumed from %s\n", opt.resume.c_str());
+    }
   }
 
   auto train_set = loader::make_dataset(
@@ -521,21 +914,59 @@ int train(const Options& opt) {
   // g.manual_seed(seed)), so the data order, and with it the trained weights, are the
   // same whatever --workers is: the loader's base_seed draws (once per epoch, or once
   // with persistent workers) come from the default generator and do not touch it.
-  lo.sampler = std::make_shared<loader::RandomSampler>(train_set, std::make_shared<loader::Generator>(opt.seed));
+  // --train-samples N: RandomSampler(train_set, num_samples=N, generator=g).
+  lo.sampler = std::make_shared<loader::RandomSampler>(
+      train_set, /*replacement=*/false,
+      opt.train_samples > 0 ? std::optional<int64_t>(opt.train_samples) : std::nullopt,
+      std::make_shared<loader::Generator>(opt.seed));
   lo.num_workers = opt.workers;
   lo.persistent_workers = opt.workers > 0;
   loader::DataLoader loader(train_set, lo);
   const int64_t batches = loader.size();
+  const double total_steps = static_cast<double>(batches) * opt.epochs;
+
+  int64_t step = 0;
+  int first_epoch = 1;
+  EpochTotals resumed_totals;
+  if (resumed) {
+    const loader::Value& ck = *resumed;
+    step = checkpoint_int(ck, "step", 1, batches * opt.epochs, opt.resume);
+    first_epoch = static_cast<int>(checkpoint_int(ck, "epoch", (step - 1) / batches + 1, (step - 1) / batches + 1, opt.resume));
+    if (opt.optimizer == "adam" && adam.steps() != step)
+      throw loader::ValueError(opt.resume + ": the optimizer has taken " + std::to_string(adam.steps()) +
+                               " steps, the checkpoint says " + std::to_string(step) + " (the file is damaged)");
+    if (ck.contains("epoch_totals") && ck.at("epoch_totals").is_dict()) {
+      const loader::Value& t = ck.at("epoch_totals");
+      resumed_totals.loss_sum = float_of(t.get("loss_sum", 0.0), opt.resume + ": [\"epoch_totals\"][\"loss_sum\"]");
+      resumed_totals.seen = t.get("samples", 0).to_int();
+      resumed_totals.correct = t.get("correct", 0).to_int();
+      resumed_totals.done = t.get("batches", 0).to_int();
+    }
+    // The shuffle generator, the default generator and the place in the epoch.  --workers
+    // does not change the batches (the dataset draws nothing at random), so a checkpoint
+    // of another worker count is taken as well (strict = false), as the same batches.
+    const loader::Value& saved = ck.at("config");
+    const bool same_workers = saved.contains("workers") && saved.at("workers") == loader::Value(opt.workers);
+    try {
+      loader.load_state_dict(ck.at("loader"), /*strict=*/same_workers);
+    } catch (const loader::Error& e) {
+      throw loader::ValueError(opt.resume + " [\"loader\"]: " + e.what());
+    }
+    std::printf("resumed from %s: epoch %d, step %lld of %lld (weights, optimizer state, learning-rate schedule and "
+                "data order go on from there)\n",
+                opt.resume.c_str(), first_epoch, static_cast<long long>(step), static_cast<long long>(total_steps));
+  }
+  const int64_t checkpoint_every = opt.checkpoint_every > 0 ? opt.checkpoint_every : batches;
   std::printf("Fashion-MNIST: %lld training / %lld test images; MLP 784-", static_cast<long long>(train_set->size()),
               static_cast<long long>(test.images.rows()));
   for (int64_t h : opt.hidden) std::printf("%lld-", static_cast<long long>(h));
   std::printf("10, %s lr %g, batch %lld, %d worker%s, %lld batches per epoch\n", opt.optimizer.c_str(), opt.lr,
               static_cast<long long>(opt.batch_size), opt.workers, opt.workers == 1 ? "" : "s",
               static_cast<long long>(batches));
+  if (!opt.checkpoint.empty())
+    std::printf("checkpoints: %s every %lld steps\n", opt.checkpoint.c_str(), static_cast<long long>(checkpoint_every));
   std::fflush(stdout);
 
-  Adam adam(opt.lr);
-  SGD sgd(opt.lr, opt.momentum);
   RowMatrix dlogits;
   double train_seconds = 0, wait_seconds = 0, last_loss = std::nan("");
   int64_t samples_total = 0;
@@ -544,8 +975,20 @@ int train(const Options& opt) {
 
   FILE* log = nullptr;
   if (!opt.log.empty()) {
+    // A resumed run keeps the lines of the epochs before the one it goes on with.
+    std::string kept;
+    if (resumed) {
+      if (FILE* old = std::fopen(opt.log.c_str(), "r")) {
+        char line[4096];
+        int e = 0;
+        while (std::fgets(line, sizeof line, old))
+          if (std::sscanf(line, "{\"epoch\": %d", &e) == 1 && e < first_epoch) kept += line;
+        std::fclose(old);
+      }
+    }
     log = std::fopen(opt.log.c_str(), "w");
     if (!log) throw loader::ValueError("cannot write the log " + opt.log + ": " + std::strerror(errno));
+    std::fputs(kept.c_str(), log);
   }
   struct LogCloser {
     FILE*& f;
@@ -554,14 +997,16 @@ int train(const Options& opt) {
     }
   } log_closer{log};
 
-  int64_t step = 0;
-  const double total_steps = static_cast<double>(batches) * opt.epochs;
-  for (int epoch = 1; epoch <= opt.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch <= opt.epochs; ++epoch) {
     Progress progress(show_progress, epoch, opt.epochs, batches);
     const auto t_epoch = Clock::now();
-    double loss_sum = 0, epoch_wait = 0, lr = opt.lr;
-    int64_t seen = 0, done = 0, correct = 0;
-    auto it = loader.iter();
+    // A resumed epoch goes on with the sums it had (its figures then match an
+    // uninterrupted run's; its timings count from the restart).
+    const EpochTotals start = resumed && epoch == first_epoch ? resumed_totals : EpochTotals{};
+    double loss_sum = start.loss_sum, epoch_wait = 0, lr = opt.lr;
+    int64_t seen = start.seen, done = start.done, correct = start.correct;
+    const int64_t seen_before = start.seen;
+    auto it = loader.iter();  // after load_state_dict: the rest of the checkpointed epoch
     for (;;) {
       const auto t_wait = Clock::now();
       std::optional<loader::Value> batch = it.next();
@@ -575,8 +1020,7 @@ int train(const Options& opt) {
                                  ": expected [float32 [B, 1, 28, 28], int64 [B]]");
       Eigen::Map<const RowMatrix> x(images.data<float>(), b, 784);
       // CosineAnnealingLR(T_max = all steps), stepped after every batch.
-      lr = opt.schedule == "cosine" ? opt.lr * (1 + std::cos(kPi * static_cast<double>(step) / total_steps)) / 2
-                                    : opt.lr;
+      lr = lr_at(opt, step, total_steps);
       ++step;
       adam.set_lr(lr);
       sgd.set_lr(lr);
@@ -593,17 +1037,23 @@ int train(const Options& opt) {
       else sgd.step(model);
       seen += b;
       ++done;
-      progress.update(done, seen, loss_sum / static_cast<double>(seen), epoch_wait);
+      // After the step, with the loader's state after this batch: a resumed run starts
+      // with the next one.
+      if (!opt.checkpoint.empty() && step % checkpoint_every == 0)
+        save_training_checkpoint(opt.checkpoint, model, opt, adam, sgd, step, total_steps, epoch, it.state_dict(),
+                                 {loss_sum, seen, correct, done});
+      progress.update(done, seen - seen_before, loss_sum / static_cast<double>(seen), epoch_wait);
     }
     const double epoch_seconds = seconds_since(t_epoch);
     progress.clear();
     train_seconds += epoch_seconds;
     wait_seconds += epoch_wait;
-    samples_total += seen;
-    last_loss = loss_sum / static_cast<double>(seen);
+    const int64_t seen_now = seen - seen_before;  // samples trained in this process
+    samples_total += seen_now;
+    if (seen > 0) last_loss = loss_sum / static_cast<double>(seen);
     acc = accuracy(model, test);
     const double train_acc = seen > 0 ? static_cast<double>(correct) / static_cast<double>(seen) : 0.0;
-    const double samples_per_s = static_cast<double>(seen) / epoch_seconds;
+    const double samples_per_s = static_cast<double>(seen_now) / epoch_seconds;
     std::printf("epoch %d/%d  loss %.4f  train_accuracy %.4f  test_accuracy %.4f  %.0f samples/s  "
                 "waited for data %.2f s (%.0f%%)  %.1f s\n",
                 epoch, opt.epochs, last_loss, train_acc, acc, samples_per_s, epoch_wait,
