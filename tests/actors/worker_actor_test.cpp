@@ -271,18 +271,19 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-TEST(WorkerActorProcess, AWorkerProcessHostsTheWorkerActorAndAnswersItsTaskMessages) {
-  FrameLog log;
-  WorkerLink link(Link::Spec{0, 1, /*in_process=*/false, ""}, &log);
-  ASSERT_GT(link.pid(), 0);
+/// Starts a worker (a process, or a thread of this process), gives it its dataset and a
+/// slab, sends two tasks (the second with a failing sample) and checks both answers.
+/// Returns the worker's pid (-1: a thread).
+int drive_a_worker(bool in_process, FrameLog& log, std::unique_ptr<WorkerLink>& link) {
+  link = std::make_unique<WorkerLink>(Link::Spec{0, 1, in_process, ""}, &log);
   log.wait_for(FrameType::Hello);
-  ASSERT_TRUE(link.send(FrameType::Init, config(10, /*fail_at=*/8)));
+  EXPECT_TRUE(link->send(FrameType::Init, config(10, /*fail_at=*/8)));
   log.wait_for(FrameType::Ready);
   auto seg = ShmSegment::create(1 << 16);
   std::string add;
   put_u64(add, 5);
   put_u64(add, seg->size());
-  ASSERT_TRUE(link.send(FrameType::AddSlab, add, seg->fd()));
+  EXPECT_TRUE(link->send(FrameType::AddSlab, add, seg->fd()));
   for (uint64_t task : {0, 1}) {
     std::string t;
     put_u64(t, task);
@@ -290,7 +291,7 @@ TEST(WorkerActorProcess, AWorkerProcessHostsTheWorkerActorAndAnswersItsTaskMessa
     put_u64(t, 2);
     put_u64(t, task == 0 ? 3 : 8);
     put_u64(t, 2);
-    ASSERT_TRUE(link.send(FrameType::Task, t));
+    EXPECT_TRUE(link->send(FrameType::Task, t));
   }
   WorkerReply r = decode_reply(static_cast<uint8_t>(FrameType::Result), log.wait_for(FrameType::Result).body);
   EXPECT_EQ(r.task, 0u);
@@ -298,10 +299,30 @@ TEST(WorkerActorProcess, AWorkerProcessHostsTheWorkerActorAndAnswersItsTaskMessa
   WorkerReply e = decode_reply(static_cast<uint8_t>(FrameType::TaskError), log.wait_for(FrameType::TaskError).body);
   EXPECT_EQ(e.task, 1u);
   EXPECT_NE(e.error_message.find("no square for 8"), std::string::npos) << e.error_message;
-  // The process runs CAF: its actor system's library is mapped and its threads run.
-  const std::string maps = read_file("/proc/" + std::to_string(link.pid()) + "/maps");
+  return link->pid();
+}
+
+TEST(WorkerActorProcess, AWorkerProcessHostsTheWorkerActorAndAnswersItsTaskMessages) {
+  FrameLog log;
+  std::unique_ptr<WorkerLink> link;
+  const int pid = drive_a_worker(/*in_process=*/false, log, link);
+  ASSERT_GT(pid, 0);
+  // The process runs CAF: its actor system's library is mapped and its threads run
+  // (the host's own, the scheduler's, the clock's).
+  const std::string maps = read_file("/proc/" + std::to_string(pid) + "/maps");
   EXPECT_NE(maps.find("libcaf_core"), std::string::npos) << "the worker process maps no CAF";
-  link.stop();
+  const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+  const auto at = status.find("Threads:");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GE(std::stoi(status.substr(at + 8)), 2) << "a worker process with no thread but its main one runs no actor system";
+  link->stop();
+}
+
+TEST(WorkerActorProcess, AnInProcessWorkerIsTheSameWorkerActorInThisProcesssSystem) {
+  FrameLog log;
+  std::unique_ptr<WorkerLink> link;
+  EXPECT_EQ(drive_a_worker(/*in_process=*/true, log, link), -1);
+  link->stop();
 }
 
 }  // namespace
