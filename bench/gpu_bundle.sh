@@ -28,7 +28,7 @@ if [ "$mode" = make ]; then
   strip -o "$bundle/loader" "$build/loader"
   strip -o "$bundle/demos/gpu_copy_overlap" "$build/demos/gpu_copy_overlap"
   for t in loader_core_tests loader_runtime_tests loader_test_worker_program \
-           loader_test_no_worker_main loader_test_static_loaders; do
+           loader_test_no_worker_main loader_test_static_loaders loader_test_address_space; do
     strip -o "$bundle/tests/$t" "$build/tests/$t"
   done
   # Only what a machine with a recent glibc/libstdc++ may lack: CAF always; OpenSSL 3's
