@@ -884,6 +884,12 @@ void Pipeline::watch(int worker, std::chrono::milliseconds tick) {
   if (worker < 0 || static_cast<size_t>(worker) >= slots_.size()) return;
   const auto now = std::chrono::steady_clock::now();
   Slot& s = *slots_[static_cast<size_t>(worker)];
+  // Held while the link is used: restart (this actor) replaces the link under it, and
+  // shutdown takes the links out under it.  The pool's actors are usually gone before
+  // shutdown, but not at exit (WorkerPool::teardown_at_exit shuts the pipeline down and
+  // keeps the actors, whose ticks may still come): without this lock a tick read a
+  // link that shutdown was destroying (ThreadSanitizer, loader_test_static_loaders).
+  std::lock_guard<std::mutex> fl(s.flush_mu);
   Link* link;
   bool hello;
   std::chrono::steady_clock::time_point started;
@@ -891,8 +897,6 @@ void Pipeline::watch(int worker, std::chrono::milliseconds tick) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
     if (!s.link || !s.life.accepting()) return;
-    // Only this worker's actor replaces the link after start (restart) and the pool's
-    // actors are gone before shutdown destroys it.
     link = s.link.get();
     hello = s.hello;
     started = s.started;
