@@ -63,8 +63,9 @@ struct Uplinked {
   std::vector<std::string> events;  ///< "ready", "fatal <type> <status>: <message>"
 };
 
-uplink_actor spawn_recording_uplink(caf::actor_system& sys, Uplinked* out) {
-  return sys.spawn([out]() -> uplink_actor::behavior_type {
+// Spawned with an argument: CAF 0.17 binds a reference to a null tuple when a function
+// actor has none (UBSan: init_fun_factory.hpp).
+uplink_actor::behavior_type recording_uplink(uplink_actor::pointer, Uplinked* out) {
     return {
         [out](result_msg& r) { out->results.push_back(std::move(r)); },
         [out](ready_atom) { out->events.push_back("ready"); },
@@ -74,7 +75,10 @@ uplink_actor spawn_recording_uplink(caf::actor_system& sys, Uplinked* out) {
                                 (when.empty() ? "" : " / " + when));
         },
     };
-  });
+}
+
+uplink_actor spawn_recording_uplink(caf::actor_system& sys, Uplinked* out) {
+  return sys.spawn(recording_uplink, out);
 }
 
 std::vector<int64_t> column(const WorkerReply& r, const std::shared_ptr<ShmSegment>& seg, size_t k) {
@@ -97,11 +101,13 @@ class WorkerActorTest : public ::testing::Test {
   }
   bool worker_alive() {
     bool alive = true;
-    auto watcher = sys_.spawn([&](caf::event_based_actor* self) -> caf::behavior {
-      self->monitor(worker_);
-      self->set_down_handler([&](caf::down_msg&) { alive = false; });
-      return {[](int32_t) {}};  // stays alive to hear the down message
-    });
+    auto watcher = sys_.spawn(
+        [](caf::event_based_actor* self, worker_actor watched, bool* alive_out) -> caf::behavior {
+          self->monitor(watched);
+          self->set_down_handler([alive_out](caf::down_msg&) { *alive_out = false; });
+          return {[](int32_t) {}};  // stays alive to hear the down message
+        },
+        worker_, &alive);
     sched_.run();
     caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
     sched_.run();
