@@ -51,7 +51,6 @@ class WorkerProcessConfig : public caf::actor_system_config {
 
 WorkerHost::WorkerHost(caf::actor_system& sys, int sock, pid_t parent)
     : sock_(sock),
-      parent_(parent),
       uplink_(sock, parent ? getpid() : 0),
       exec_(sys),
       uplink_actor_(spawn_uplink_actor(sys, &uplink_)),

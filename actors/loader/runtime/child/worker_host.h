@@ -55,11 +55,6 @@ class WorkerHost {
   int run();
 
  private:
-  /// The next frame from the task ring or the socket, in the order the main process
-  /// queued them (worker_rings.h); nullopt: the loop ends with *status_.
-  bool next_frame(Frame& f);
-  /// Waits on the task ring's bell for something to do; false when the loop must end.
-  bool wait_for_work(int& what, uint64_t& before);
   bool read_socket(Frame& f);
   /// Hands one frame to the worker actor and runs the actors; -1 to go on, else the
   /// exit status.
@@ -70,7 +65,6 @@ class WorkerHost {
   int protocol_error(const std::string& what);
 
   int sock_;
-  pid_t parent_;
   // Declared before the actors: unmapped after they are gone.
   std::map<uint64_t, ShmMapping> slabs_;
   ShmMapping state_mapping_;
