@@ -42,7 +42,10 @@ class SingleProcessEpoch final : public EpochBackend {
       auto indices = tasks_->next();
       sampler_ns_ += static_cast<uint64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-      if (!indices) return std::nullopt;
+      if (!indices) {
+        exhausted_ = true;  // the sampler's pass made its last draws
+        return std::nullopt;
+      }
       ++consumed_;  // consumed also when its fetch throws, as PyTorch's index is
       batch = map_fetcher_->fetch(*indices);
     } else {
@@ -65,6 +68,7 @@ class SingleProcessEpoch final : public EpochBackend {
   EpochPosition position() const override {
     EpochPosition p;
     p.consumed = p.sent = consumed_;
+    p.exhausted = exhausted_;
     return p;
   }
 
@@ -85,6 +89,7 @@ class SingleProcessEpoch final : public EpochBackend {
   std::optional<IterableFetcher> iter_fetcher_;
   int64_t fetched_ = 0;
   uint64_t consumed_ = 0;  ///< tasks taken from the sampler (map-style)
+  bool exhausted_ = false;  ///< the sampler was asked after its last task (map-style)
   uint64_t sampler_ns_ = 0;  ///< time in the sampler (TaskSource::next)
 };
 }  // namespace
@@ -249,10 +254,14 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
     resume.worker_rng = plan->worker_rng;
     replay = plan->consumed;
   } else if (plan && !plan->finished) {
-    if (source) source->fast_forward(plan->consumed, plan->sampled);
+    // A sampler that had run out is asked once more now, before the checkpoint's
+    // streams are loaded: the draws it makes as its pass ends are in those streams
+    // already, and asked again later (at the epoch's end) it draws nothing.
+    if (source) source->fast_forward(plan->consumed, plan->sampled, plan->exhausted);
     load_streams(streams, plan->streams_now, "the checkpoint");
     start.consumed = plan->consumed;
     start.pending = plan->sampled - plan->consumed;
+    start.exhausted = plan->exhausted;
     resume.consumed = plan->consumed;
     resume.worker_rng = plan->worker_rng;
   } else if (plan && plan->pool_alive) {
@@ -428,7 +437,14 @@ ResumePlan DataLoader::Iterator::plan() const {
                      "the workers' state pages record: lower prefetch_factor for a loader you checkpoint");
   p.consumed = start_.consumed + pos.consumed;
   p.sampled = start_.consumed + std::max(pos.sent, start_.pending);
+  // A resumed epoch's sampler ran out in fast_forward if the checkpointed one had, before
+  // this epoch asked it (without workers: at its end).
+  p.exhausted = start_.exhausted || pos.exhausted;
   p.worker_rng = std::move(pos.worker_rng);
+  // An epoch that ended without a position of its own (another epoch of its persistent
+  // workers began first) knows no worker's state: one empty entry per worker, as
+  // load_state_dict reads one per worker (they start as their Init leaves them).
+  if (p.worker_rng.empty()) p.worker_rng.assign(static_cast<size_t>(workers), std::nullopt);
   if (state_->iterable) p.consumed = p.sampled = taken_;  // finished: its batches
   return p;
 }

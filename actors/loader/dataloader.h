@@ -96,6 +96,7 @@ class DataLoader {
       uint64_t base_seed = 0;
       uint64_t consumed = 0;  ///< resumed: tasks the checkpointed iterator had consumed
       uint64_t pending = 0;   ///< resumed: tasks it had given out but not consumed
+      bool exhausted = false; ///< resumed: its sampler had run out (it was asked once more)
       /// IterableDataset with workers: each worker's generator state as the epoch began
       /// (none: the state its Init gives); nullopt where it is not known (persistent
       /// workers whose streams went on from an earlier epoch).  An iterable epoch is
@@ -166,7 +167,10 @@ class DataLoader {
   /// before the next iter(), the checkpoint loaded: a copy of s, entry for entry (saving
   /// again before the first step after a restart keeps the place; a checkpoint loaded
   /// with strict = false stays the other loader's, to load with strict = false again).
-  /// Same thread rule as Iterator::state_dict().  Save it with loader::pt::save
+  /// Same thread rule as Iterator::state_dict().  The dict is format 2: its entries are
+  /// ints, bools, None, lists and 1-D uint8 tensors (the random states), so
+  /// torch.load(path, weights_only=True) opens a file that holds it; format 1
+  /// checkpoints (states as bytes) still load.  Save it with loader::pt::save
   /// alongside the model:
   ///
   ///   for (loader::Value& batch : dl) { step(batch); if (++n % 1000 == 0) loader::pt::save(dl.state_dict(), "dl.pt"); }

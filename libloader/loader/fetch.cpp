@@ -131,13 +131,19 @@ std::optional<IndexBatch> TaskSource::next() {
 }
 
 std::optional<IndexBatch> TaskSource::pull() {
-  if (batches_) return batches_->next();
-  auto i = indices_->next();
-  if (!i) return std::nullopt;
-  return IndexBatch{*i};
+  // A pass that ended is not asked again: a sampler asked after its end may draw again.
+  if (ended_) return std::nullopt;
+  std::optional<IndexBatch> out;
+  if (batches_) {
+    out = batches_->next();
+  } else if (auto i = indices_->next()) {
+    out = IndexBatch{*i};
+  }
+  if (!out) ended_ = true;
+  return out;
 }
 
-void TaskSource::fast_forward(uint64_t consumed, uint64_t pulled) {
+void TaskSource::fast_forward(uint64_t consumed, uint64_t pulled, bool exhausted) {
   for (uint64_t k = 0; k < pulled; ++k) {
     auto b = pull();
     if (!b)
@@ -146,6 +152,10 @@ void TaskSource::fast_forward(uint64_t consumed, uint64_t pulled) {
                        " (load the checkpoint into a DataLoader over the same dataset, sampler and batch size)");
     if (k >= consumed) pending_.push_back(std::move(*b));
   }
+  if (exhausted && pull())
+    throw ValueError("cannot resume the epoch: the checkpoint says its sampler had run out after " +
+                     std::to_string(pulled) + " batches, but this loader's sampler gives more (load the checkpoint "
+                     "into a DataLoader over the same dataset, sampler and batch size)");
 }
 
 }  // namespace loader

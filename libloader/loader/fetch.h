@@ -69,12 +69,17 @@ class TaskSource {
   /// Resuming a pass from a checkpoint (DataLoader::load_state_dict): takes the first
   /// `pulled` tasks now, so that the sampler makes the draws it had made for them,
   /// drops the first `consumed` of them and gives the others first.  Throws ValueError
-  /// when the pass has fewer than `pulled` tasks.  REQUIRES: consumed <= pulled.
-  void fast_forward(uint64_t consumed, uint64_t pulled);
+  /// when the pass has fewer than `pulled` tasks.  `exhausted`: the checkpointed pass had
+  /// also been asked for a task after its last one; it is asked now too, so that the
+  /// draws a sampler makes as its pass ends (RandomSampler's trailing randperm) are made
+  /// here, before the checkpoint's random state is loaded, and never again (ValueError
+  /// when it gives one more task).  REQUIRES: consumed <= pulled.
+  void fast_forward(uint64_t consumed, uint64_t pulled, bool exhausted = false);
 
  private:
-  std::optional<IndexBatch> pull();  ///< the sampler's next task
+  std::optional<IndexBatch> pull();  ///< the sampler's next task (none once it ran out)
   std::deque<IndexBatch> pending_;
+  bool ended_ = false;  ///< the sampler ran out: it is not asked again
   std::unique_ptr<Cursor<IndexBatch>> batches_;
   std::unique_ptr<Cursor<int64_t>> indices_;
 };

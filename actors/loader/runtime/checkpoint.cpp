@@ -1,17 +1,24 @@
 #include "loader/runtime/checkpoint.h"
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 #include <set>
 
 #include "loader/error.h"
 #include "loader/generator.h"
+#include "loader/tensor.h"
 
 namespace loader {
 
 namespace {
 
-constexpr const char* kFormat = "loader.DataLoader.state_dict/1";
+// Format 2 (written): 'format' 2, every random state a 1-D uint8 tensor, nothing but
+// ints, bools, strings, None, lists and tensors, so that torch 1.13's
+// torch.load(weights_only=True) opens it (its unpickler has no bytes, _codecs.encode or
+// float).  Format 1 (read too): 'format' the string below, the states Python bytes.
+constexpr int64_t kFormat = 2;
+constexpr const char* kFormat1 = "loader.DataLoader.state_dict/1";
 
 RandomStream stream_of(Generator* g) {
   return RandomStream{g, [g] { return g->state(); }, [g](const std::string& b) { return g->set_state(b); }};
@@ -46,13 +53,37 @@ bool flag_of(const Value& state, const std::string& key) {
   return v.to_bool();
 }
 
-std::vector<std::string> bytes_list(const Value& state, const std::string& key) {
+/// A random state as the checkpoint holds it: a 1-D uint8 tensor (format 2), as
+/// torch.Generator.get_state() returns one.
+Value state_value(const std::string& bytes) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(bytes.size())}, DType::UInt8);
+  if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return Value(std::move(t));
+}
+
+/// The bytes of a random state: a 1-D uint8 tensor (format 2) or bytes (format 1, also
+/// accepted in format 2); nullopt for anything else.
+std::optional<std::string> state_bytes(const Value& v) {
+  if (v.is_bytes()) return v.to_string();
+  if (!v.is_tensor()) return std::nullopt;
+  const Tensor& t = v.to_tensor();
+  if (!t.defined() || t.dtype() != DType::UInt8 || t.dim() != 1) return std::nullopt;
+  std::string out(static_cast<size_t>(t.numel()), '\0');
+  const auto* p = static_cast<const unsigned char*>(t.data_ptr());
+  const int64_t stride = t.stride(0);
+  for (int64_t i = 0; i < t.numel(); ++i) out[static_cast<size_t>(i)] = static_cast<char>(p[i * stride]);
+  return out;
+}
+
+std::vector<std::string> state_list(const Value& state, const std::string& key) {
   const Value& v = field(state, key);
-  if (!v.is_list()) bad("'" + key + "' must be a list of bytes, got " + v.repr());
+  if (!v.is_list()) bad("'" + key + "' must be a list of random states (1-D uint8 tensors), got " + v.repr().substr(0, 80));
   std::vector<std::string> out;
   for (const Value& item : v.items()) {
-    if (!item.is_bytes()) bad("'" + key + "' must be a list of bytes, and holds " + item.repr());
-    out.push_back(item.to_string());
+    std::optional<std::string> b = state_bytes(item);
+    if (!b)
+      bad("'" + key + "' must be a list of random states (1-D uint8 tensors), and holds " + item.repr().substr(0, 80));
+    out.push_back(std::move(*b));
   }
   return out;
 }
@@ -76,9 +107,9 @@ Shape shape_of(const LoaderState& s) {
   return out;
 }
 
-Value bytes_values(const std::vector<std::string>& items) {
+Value state_values(const std::vector<std::string>& items) {
   std::vector<Value> out;
-  for (const auto& b : items) out.push_back(Value::bytes(b));
+  for (const auto& b : items) out.push_back(state_value(b));
   return Value::list(std::move(out));
 }
 
@@ -147,7 +178,7 @@ Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
   const DataLoaderOptions& o = loader.options;
   const Shape shape = shape_of(loader);
   std::vector<Value> workers;
-  for (const auto& w : p.worker_rng) workers.push_back(w ? Value::bytes(*w) : Value());
+  for (const auto& w : p.worker_rng) workers.push_back(w ? state_value(*w) : Value());
   return Value::dict({
       {"format", Value(kFormat)},
       {"num_workers", Value(static_cast<int64_t>(o.num_workers))},
@@ -159,8 +190,9 @@ Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
       {"finished", Value(p.finished)},
       {"batches_consumed", Value(static_cast<int64_t>(p.consumed))},
       {"batches_sampled", Value(static_cast<int64_t>(p.sampled))},
-      {"streams_at_start", bytes_values(p.streams_at_start)},
-      {"streams_now", bytes_values(p.streams_now)},
+      {"sampler_exhausted", Value(p.exhausted)},
+      {"streams_at_start", state_values(p.streams_at_start)},
+      {"streams_now", state_values(p.streams_now)},
       {"base_seed_drawn", Value(p.base_seed_drawn)},
       // As an int64 bit pattern: pt files hold signed ints.
       {"base_seed", Value(static_cast<int64_t>(p.base_seed))},
@@ -173,8 +205,10 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
   const DataLoaderOptions& o = loader.options;
   if (!state.is_dict()) bad("expected the dict DataLoader::state_dict() returned, got " + state.repr().substr(0, 80));
   const Value& format = field(state, "format");
-  if (!format.is_string() || format.to_string() != kFormat)
-    bad("'format' is " + format.repr() + ", expected '" + kFormat + "': not a checkpoint of this loader's version");
+  const bool format1 = format.is_string() && format.to_string() == kFormat1;
+  if (!format1 && !(format.is_int() && format.to_int() == kFormat))
+    bad("'format' is " + format.repr().substr(0, 80) + ", expected " + std::to_string(kFormat) + " (or format 1's '" +
+        kFormat1 + "'): not a checkpoint of this loader's version");
   const uint64_t workers = count_of(state, "num_workers");
   const bool persistent = flag_of(state, "persistent_workers");
   const bool same_workers = workers == static_cast<uint64_t>(o.num_workers) && persistent == o.persistent_workers;
@@ -218,8 +252,10 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
   if (shape.batches_per_epoch >= 0 && p.sampled > static_cast<uint64_t>(shape.batches_per_epoch))
     bad("'batches_sampled' (" + std::to_string(p.sampled) + ") is above the " +
         std::to_string(shape.batches_per_epoch) + " batches of an epoch: the checkpoint is damaged");
-  p.streams_at_start = bytes_list(state, "streams_at_start");
-  p.streams_now = bytes_list(state, "streams_now");
+  // Format 1 has no 'sampler_exhausted' (its loaders did not record it): not run out.
+  if (state.contains("sampler_exhausted")) p.exhausted = flag_of(state, "sampler_exhausted");
+  p.streams_at_start = state_list(state, "streams_at_start");
+  p.streams_now = state_list(state, "streams_now");
   for (const auto* list : {&p.streams_at_start, &p.streams_now})
     if (list->size() != streams)
       bad("the checkpoint saved " + std::to_string(list->size()) + " random streams, this loader has " +
@@ -231,13 +267,14 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
   p.pool_alive = flag_of(state, "pool_alive");
   const Value& rng = field(state, "worker_rng");
   if (!rng.is_list() || rng.size() != workers)
-    bad("'worker_rng' must be a list of " + std::to_string(workers) + " entries (bytes or None), got " +
+    bad("'worker_rng' must be a list of " + std::to_string(workers) + " entries (uint8 tensors or None), got " +
         rng.repr().substr(0, 80));
   for (const Value& w : rng.items()) {
+    std::optional<std::string> b = w.is_none() ? std::nullopt : state_bytes(w);
     if (w.is_none()) {
       p.worker_rng.emplace_back();
-    } else if (w.is_bytes() && w.to_string().size() == Generator::kStateBytes && Generator().set_state(w.to_string())) {
-      p.worker_rng.emplace_back(w.to_string());
+    } else if (b && b->size() == Generator::kStateBytes && Generator().set_state(*b)) {
+      p.worker_rng.emplace_back(std::move(*b));
     } else {
       bad("an entry of 'worker_rng' is not a worker's generator state (" + w.repr().substr(0, 40) +
           "): the checkpoint is damaged");
@@ -265,7 +302,9 @@ Value copy_checkpoint(const Value& state) {
       items.emplace_back(copy_checkpoint(key), copy_checkpoint(value));
     return Value::dict(std::move(items), state.type_name());
   }
-  return state;  // held inline (a tensor shares its storage, as a copied one does)
+  // A tensor (a random state) is copied too: the caller may write into its bytes.
+  if (state.is_tensor() && state.to_tensor().defined()) return Value(state.to_tensor().clone());
+  return state;  // held inline
 }
 
 bool resumable(const LoaderState& state) { return state.options.in_order; }

@@ -35,10 +35,13 @@ void load_streams(const std::vector<RandomStream>& streams, const std::vector<st
 void check_streams(const std::vector<RandomStream>& streams, const std::vector<std::string>& states,
                    const std::string& what);
 
-/// The checkpoint as a Value: a dict of ints, bools, bytes and lists, with the shape of
-/// the loader it is for (num_workers, persistent_workers, dataset size, batching).
+/// The checkpoint as a Value (format 2): a dict of ints, bools, None, lists and 1-D
+/// uint8 tensors (the random states, as torch.Generator.get_state() gives its own), which
+/// torch.load(weights_only=True) of torch 1.13 reads (no bytes, no floats), with the
+/// shape of the loader it is for (num_workers, persistent_workers, dataset size, batching).
 Value encode_checkpoint(const ResumePlan& plan, const LoaderState& loader);
-/// Reads a checkpoint for `loader`, which has `streams` random streams.  Throws
+/// Reads a checkpoint for `loader`, which has `streams` random streams: format 2, or
+/// format 1 (the random states as bytes; no 'sampler_exhausted': not run out).  Throws
 /// ValueError naming what is wrong (or what differs from the checkpointed loader) and
 /// what to do.  `strict` = false accepts another num_workers / persistent_workers
 /// (ResumePlan::same_workers false: the workers' random streams are not resumed).

@@ -26,6 +26,9 @@ class SlabStore;
 struct EpochPosition {
   uint64_t consumed = 0;  ///< tasks delivered to the application (batches and errors)
   uint64_t sent = 0;      ///< tasks the sampler has given so far
+  /// The sampler has run out: it was asked for a task after its last one (and made
+  /// whatever draws its pass makes at its end, as RandomSampler's trailing randperm).
+  bool exhausted = false;
   /// Per worker: the generator state at the start of its first task not yet delivered
   /// (or of its next task); none: the state its last Init gave.
   std::vector<std::optional<std::string>> worker_rng;
@@ -56,6 +59,9 @@ struct ResumePlan {
   bool finished = false;         ///< taken after its epoch ended: the next epoch starts afresh
   uint64_t consumed = 0;         ///< tasks the application had consumed
   uint64_t sampled = 0;          ///< tasks the sampler had given
+  /// The sampler had run out (EpochPosition::exhausted): the draws its pass makes at its
+  /// end are in streams_now, and a resumed epoch must not make them again.
+  bool exhausted = false;
   std::vector<std::string> streams_at_start;  ///< random streams as the epoch began
   std::vector<std::string> streams_now;       ///< ... and when the checkpoint was taken
   bool base_seed_drawn = false;  ///< the epoch drew its base_seed (else: persistent workers')

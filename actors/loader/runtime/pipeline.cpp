@@ -234,6 +234,7 @@ EpochPosition Pipeline::position(uint64_t epoch) const {
   EpochPosition p;
   p.consumed = buffer_->next_expected() - first_task_;
   p.sent = dispatcher_->next_task() - first_task_;
+  p.exhausted = exhausted_;
   p.exact = dispatcher_->max_in_flight() + 1 <= rng_slots();
   // Each worker's first task not yet delivered: one it still computes, or one whose
   // result waits in the reorder buffer; none: its next task.
