@@ -115,6 +115,7 @@ class PipelineScripted : public ::testing::Test {
 
   void make(int workers, int prefetch, int max_restarts = 0) {
     PipelineConfig cfg;
+    cfg.system = &sys_;
     cfg.workers = configs(workers, 100);
     cfg.prefetch_factor = prefetch;
     cfg.max_restarts = max_restarts;
@@ -336,6 +337,49 @@ TEST_F(PipelineScripted, ARestartIsTheSupervisorsAndResendsHeldTasksAfterTheFirs
   EXPECT_EQ(d3.task, 3u);
   EXPECT_EQ(d3.payload, "batch 3 again");
   EXPECT_EQ(pipeline_->worker_state(1), WorkerLifecycle::State::Running);
+}
+
+TEST_F(PipelineScripted, ATaskOfAWorkerThatDiesMidTaskIsReissuedExactlyOnce) {
+  make(2, /*prefetch=*/1, /*max_restarts=*/2);
+  const uint64_t epoch = pipeline_->begin_epoch(batches_of(8, 2), false);  // tasks 0-3
+  auto w0 = take_tasks(0);
+  auto w1 = take_tasks(1);
+  ASSERT_EQ(w0.size(), 1u);
+  ASSERT_EQ(w1.size(), 1u);
+  EXPECT_EQ(w1[0].task, 1u);
+  const uint32_t dead_gen = current(1).gen;
+  pipeline_->on_down(1, dead_gen, WorkerExit{WorkerExit::Kind::Signal, 9, ""});  // mid-task 1
+  ASSERT_TRUE(sched_.try_run_once());  // its slot actor restarts it
+  auto again = take_tasks(1);
+  ASSERT_EQ(again.size(), 1u) << "the held task, once";
+  EXPECT_EQ(again[0].task, 1u);
+  EXPECT_EQ(again[0].indices, w1[0].indices);
+  EXPECT_TRUE(take_tasks(0).empty()) << "no other worker gets it";
+  say_ready(1);
+  // A late answer of the dead incarnation (its reader still had a frame) changes nothing.
+  WorkerReply late;
+  late.kind = WorkerReply::Kind::Result;
+  late.task = 1;
+  late.payload = "late";
+  auto [type, body] = encode_reply(late);
+  Frame late_frame{static_cast<FrameType>(type), body, UniqueFd()};
+  pipeline_->on_frame(1, dead_gen, late_frame);
+  answer(0, w0[0]);
+  answer(1, again[0], " again");
+  std::vector<std::string> delivered;
+  for (int step = 0; step < 8 && delivered.size() < 4; ++step) {
+    Delivery d = next_now(epoch);
+    if (d.kind == Delivery::Kind::Batch) {
+      delivered.push_back(d.payload);
+      continue;
+    }
+    ASSERT_EQ(d.kind, Delivery::Kind::Timeout);
+    for (int w = 0; w < 2; ++w)
+      for (const Got& g : take_tasks(w)) answer(w, g);
+  }
+  EXPECT_EQ(delivered, (std::vector<std::string>{"batch 0", "batch 1 again", "batch 2", "batch 3"}));
+  EXPECT_EQ(next_now(epoch).kind, Delivery::Kind::End);
+  for (int w = 0; w < 2; ++w) EXPECT_TRUE(take_tasks(w).empty()) << "nothing sent twice";
 }
 
 TEST_F(PipelineScripted, AWorkerThatDiesWithNoRestartLeftFailsTheEpochWithPyTorchsWords) {

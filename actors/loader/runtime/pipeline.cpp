@@ -19,6 +19,7 @@ std::string encoded_config(const WorkerConfig& cfg) {
 
 Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
     : config_(std::move(config)), slabs_(std::move(slabs)) {
+  if (!config_.system) throw RuntimeError("internal: a worker pool needs an actor system");
   iterable_ = !config_.workers.empty() && config_.workers.front().iterable;
   for (size_t w = 0; w < config_.workers.size(); ++w)
     slots_.push_back(std::make_unique<Slot>(static_cast<int>(w), config_.max_restarts, !iterable_));
@@ -30,9 +31,18 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
                    std::to_string(2 * RingLayout::kDefaultCapacity / 1024) + " KiB of shared memory each): " +
                    e.what() + "; free space in /dev/shm or use fewer workers");
   }
+  stages_ = std::make_unique<StageActors>(*config_.system, static_cast<int>(slots_.size()), *this, slabs_);
 }
 
-Pipeline::~Pipeline() { shutdown(); }
+Pipeline::~Pipeline() {
+  shutdown();
+  stop_stages();
+}
+
+void Pipeline::stop_stages() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stages_) stages_->stop();
+}
 
 void Pipeline::set_hooks(PipelineHooks hooks) { hooks_ = std::move(hooks); }
 
@@ -229,24 +239,28 @@ std::optional<std::string> Pipeline::state_before_locked(const Slot& s, uint64_t
 
 EpochPosition Pipeline::position(uint64_t epoch) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (epoch != epoch_ || !dispatcher_ || !buffer_)
+  const SamplerStage& sampling = stages_->sampling();
+  if (epoch != epoch_ || !sampling.active())
     throw RuntimeError("DataLoader: the epoch to checkpoint is no longer running");
+  const TaskDispatcher& dispatcher = sampling.dispatcher();
   EpochPosition p;
-  p.consumed = buffer_->next_expected() - first_task_;
-  p.sent = dispatcher_->next_task() - first_task_;
-  p.exhausted = exhausted_;
-  p.exact = dispatcher_->max_in_flight() + 1 <= rng_slots();
+  p.consumed = next_for_application_locked() - first_task_;
+  p.sent = dispatcher.next_task() - first_task_;
+  p.exhausted = sampling.exhausted();
+  p.exact = dispatcher.max_in_flight() + 1 <= rng_slots();
   // Each worker's first task not yet delivered: one it still computes, or one whose
-  // result waits in the reorder buffer; none: its next task.
-  std::vector<uint64_t> first(slots_.size(), dispatcher_->next_task());
+  // result waits in the reorder stage or the handoff; none: its next task.
+  std::vector<uint64_t> first(slots_.size(), dispatcher.next_task());
   for (size_t w = 0; w < slots_.size(); ++w) {
-    const std::vector<uint64_t> unfinished = dispatcher_->unfinished_tasks_of(static_cast<int>(w));
+    const std::vector<uint64_t> unfinished = dispatcher.unfinished_tasks_of(static_cast<int>(w));
     if (!unfinished.empty()) first[w] = unfinished.front();
   }
-  buffer_->for_each_buffered([&](uint64_t task, const Delivery& d) {
-    if (d.worker >= 0 && static_cast<size_t>(d.worker) < first.size())
-      first[static_cast<size_t>(d.worker)] = std::min(first[static_cast<size_t>(d.worker)], task);
-  });
+  auto waiting = [&](uint64_t task, int worker) {
+    if (worker >= 0 && static_cast<size_t>(worker) < first.size())
+      first[static_cast<size_t>(worker)] = std::min(first[static_cast<size_t>(worker)], task);
+  };
+  stages_->reordering().for_each_buffered([&](uint64_t task, const result_msg& r) { waiting(task, r.worker); });
+  stages_->handoff().for_each([&](const HandedOver& h) { waiting(h.result.task_idx, h.result.worker); });
   for (size_t w = 0; w < slots_.size(); ++w) {
     const Slot& s = *slots_[w];
     // A state not yet sent (the worker's first task of a resumed epoch is not out yet).
@@ -279,7 +293,8 @@ bool Pipeline::reinit(std::vector<WorkerConfig> workers) {
     config_.workers = std::move(workers);
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
-      s.rng_floor = dispatcher_ ? std::max(next_task_, dispatcher_->next_task()) : next_task_;
+      s.rng_floor = stages_->sampling().active() ? std::max(next_task_, stages_->sampling().dispatcher().next_task())
+                                                 : next_task_;
       s.renewed = true;
       s.resume_rng.reset();  // a fresh generator from the new configuration
       queue_locked(static_cast<int>(w), FrameType::Init, encoded_config(config_.workers[w]));
@@ -297,25 +312,21 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     bool flush_needed = false;  // flush_all() below writes whatever this queues
     drain_rings_locked(flush_needed);
     // Results of the previous epoch that nobody took give their slabs back.
-    if (buffer_)
-      while (auto item = buffer_->pop())
-        if (item->second.slab) slabs_->release(item->second.worker, item->second.slab);
+    release_undelivered_locked();
     ++epochs_started_;
     epoch_ = epochs_started_;
+    SamplerStage& sampling = stages_->sampling();
     // Task ids never repeat: tasks of an epoch that ended early may still be held.
-    if (dispatcher_) next_task_ = std::max(next_task_, dispatcher_->next_task());
+    if (sampling.active()) next_task_ = std::max(next_task_, sampling.dispatcher().next_task());
     const uint64_t first_task = next_task_;
     first_task_ = first_task;
-    source_ = std::move(source);
-    dispatcher_ = std::make_unique<TaskDispatcher>(num_workers(), config_.prefetch_factor, first_task, config_.in_order,
-                                                   static_cast<int>(resume.consumed % slots_.size()));
-    buffer_ = std::make_unique<ReorderBuffer<Delivery>>(first_task, config_.in_order);
-    total_.reset();
+    sampling.begin(std::move(source), iterable_,
+                   TaskDispatcher(num_workers(), config_.prefetch_factor, first_task, config_.in_order,
+                                  static_cast<int>(resume.consumed % slots_.size())));
+    stages_->reordering().reset(first_task, config_.in_order);
     fatal_.reset();
-    exhausted_ = false;
     stopped_ = false;
     waits_ = 0;
-    sampler_ns_ = 0;
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
       s.delivered = s.inline_batches = s.busy_ns = 0;
@@ -328,7 +339,7 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
       Slot& s = *slots_[w];
       if (s.life.dead()) {
         // A dead worker stays dead: every later epoch gets its error at once.
-        dispatcher_->deactivate(static_cast<int>(w));
+        sampling.dispatcher().deactivate(static_cast<int>(w));
         if (!fatal_) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), static_cast<int>(w));
         continue;
       }
@@ -351,68 +362,71 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
   // wait while the slabs of the other workers' tasks are made (a new slab takes
   // milliseconds: docs/transport.md).  Later tasks go out as credits come back (next()).
   while (true) {
-    int worker;
+    std::vector<int> dirty;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (epoch_ != id) break;  // another epoch began meanwhile
-      worker = dispatch_one_locked();
+      if (epoch_ != id || closed_) break;  // another epoch began meanwhile
+      const uint64_t before = stages_->sampling().dispatcher().next_task();
+      stages_->send(stages_->sampler(), dispatch_atom::value, int32_t{1});
+      run_stages_locked();
+      if (epoch_ != id || stages_->sampling().dispatcher().next_task() == before) break;
+      dirty = dirty_locked();
     }
-    if (worker < 0) break;
-    flush(worker);
+    for (int w : dirty) flush(w);
   }
+  flush_all();  // frames a failing first task queued
   return id;
 }
 
-void Pipeline::dispatch_locked() {
-  while (dispatch_one_locked() >= 0) {
-  }
+void Pipeline::run_stages_locked() {
+  stages_->run();
+  const auto& failure = stages_->sampling().failure();
+  if (failure && epoch_ != 0 && !fatal_) set_fatal_locked(failure->first, failure->second, -1);
 }
 
-int Pipeline::dispatch_one_locked() {
-  if (closed_ || stopped_ || exhausted_ || fatal_ || !dispatcher_->can_send()) return -1;
-  auto a = dispatcher_->assign();
-  if (!a) return -1;
-  auto [task, worker] = *a;
-  IndexBatch indices;
-  if (!iterable_) {
-    std::optional<IndexBatch> next;
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      next = source_->next();
-      sampler_ns_ += static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
-    } catch (const Error& e) {
-      dispatcher_->cancel(task);
-      set_fatal_locked(e.python_type(), std::string("the sampler failed: ") + e.what(), -1);
-      return -1;
-    } catch (const std::exception& e) {
-      dispatcher_->cancel(task);
-      set_fatal_locked("RuntimeError", std::string("the sampler failed: ") + e.what(), -1);
-      return -1;
-    }
-    if (!next) {
-      dispatcher_->cancel(task);
-      exhausted_ = true;
-      total_ = dispatcher_->next_task() - first_task_;
-      notify_locked();
-      return -1;
-    }
-    indices = std::move(*next);
-  }
+std::vector<int> Pipeline::dirty_locked() const {
+  std::vector<int> out;
+  for (size_t w = 0; w < slots_.size(); ++w)
+    if (!slots_[w]->outbox.empty()) out.push_back(static_cast<int>(w));
+  return out;
+}
+
+void Pipeline::release_undelivered_locked() {
+  auto& buffer = stages_->reordering();
+  buffer.for_each_buffered([&](uint64_t, const result_msg& r) {
+    if (r.batch.slab) slabs_->release(r.worker, r.batch.slab);
+  });
+  buffer.reset(buffer.next_expected(), buffer.in_order());
+  for (auto& h : stages_->handoff().clear())
+    if (h.result.batch.slab) slabs_->release(h.result.worker, h.result.batch.slab);
+}
+
+uint64_t Pipeline::next_for_application_locked() const {
+  const Handoff& handoff = stages_->handoff();
+  return handoff.empty() ? stages_->reordering().next_expected() : handoff.front_task();
+}
+
+void Pipeline::take_task(int worker, task_msg& task) {
   Slot& s = *slots_[static_cast<size_t>(worker)];
-  s.life.hold(task, HeldTask{epoch_, std::move(indices), 0});
+  if (closed_ || s.life.dead()) {
+    // The sampler heard of the death after it sent this task (it is told in order, so
+    // this does not happen today): the task is answered as the worker's others were.
+    if (!fatal_ && epoch_ != 0) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), worker);
+    return;
+  }
+  const uint64_t id = task.task_idx;
+  s.life.hold(id, HeldTask{epoch_, std::move(task.indices), 0});
   if (s.resume_rng) {
     // A resumed epoch: this worker's random stream goes on from the checkpoint's state
     // (the worker reads the socket frames queued before a task first).
     std::string body;
-    put_u64(body, task);
+    put_u64(body, id);
     body.append(*s.resume_rng);
-    s.resume_sent.emplace(task, std::move(*s.resume_rng));
+    s.resume_sent.emplace(id, std::move(*s.resume_rng));
     s.resume_rng.reset();
     queue_locked(worker, FrameType::SetRng, std::move(body));
   }
-  send_task_locked(worker, task);
-  return worker;
+  send_task_locked(worker, id);
 }
 
 void Pipeline::send_task_locked(int worker, uint64_t task) {
@@ -451,7 +465,8 @@ void Pipeline::send_task_locked(int worker, uint64_t task) {
 }
 
 bool Pipeline::send_starved_inline_locked() {
-  if (!buffer_ || closed_) return false;
+  if (!stages_->sampling().active() || closed_) return false;
+  const ReorderBuffer<result_msg>& buffer = stages_->reordering();
   // The task the application must have next: in order, the next expected one; out of
   // order, the oldest waiting task, and only when no worker computes anything.
   int worker = -1;
@@ -462,14 +477,14 @@ bool Pipeline::send_starved_inline_locked() {
     Slot& s = *slots_[w];
     if (s.life.held().size() > s.waiting.size()) computing = true;
     for (auto it = s.waiting.begin(); it != s.waiting.end(); ++it) {
-      const bool wanted = buffer_->in_order() ? *it == buffer_->next_expected() : *it < oldest;
+      const bool wanted = buffer.in_order() ? *it == buffer.next_expected() : *it < oldest;
       if (!wanted) continue;
       oldest = *it;
       worker = static_cast<int>(w);
       found = it;
     }
   }
-  if (worker < 0 || (!buffer_->in_order() && computing)) return false;
+  if (worker < 0 || (!buffer.in_order() && computing)) return false;
   // Every slab this worker may have is held by batches the application keeps (and the
   // budget allows no more): waiting for a release could wait forever.  The batch
   // comes back in the frame instead, a copy in the main process's heap.
@@ -513,8 +528,9 @@ void Pipeline::release_task_slab_locked(int worker, const HeldTask& t) {
 // ------------------------------------------------------------------ the application thread
 
 bool Pipeline::releasable_locked() const {
-  return epoch_ == 0 || fatal_.has_value() || (buffer_ && buffer_->ready()) ||
-         (total_ && buffer_ && buffer_->done(first_task_, *total_));
+  const auto& total = stages_->sampling().total();
+  return epoch_ == 0 || fatal_.has_value() || !stages_->handoff().empty() ||
+         (total && stages_->reordering().done(first_task_, *total));
 }
 
 void Pipeline::notify_locked() {
@@ -529,7 +545,9 @@ size_t Pipeline::drain_rings_locked(bool& flush_needed, int only) {
     try {
       while (rings_->take(w, f)) {
         ++taken;
-        handle_reply_locked(w, decode_reply(static_cast<uint8_t>(f.type), f.body), flush_needed);
+        WorkerReply r = decode_reply(static_cast<uint8_t>(f.type), f.body);
+        const uint64_t task = r.task;
+        stages_->send(stages_->link(w), result_msg{task, std::move(r), w});
       }
     } catch (const std::exception& e) {
       worker_failed_locked(w, "RuntimeError", "DataLoader worker " + std::to_string(w) +
@@ -537,6 +555,12 @@ size_t Pipeline::drain_rings_locked(bool& flush_needed, int only) {
                                                   frame_type_name(f.type) + "): " + e.what());
       rings_->reset(w, 0);  // nothing more of this incarnation is read
     }
+  }
+  if (taken > 0) {
+    run_stages_locked();  // link -> reorder -> pin, and the sampler hears what finished
+    if (!flush_needed)
+      for (const auto& s : slots_)
+        if (!s->outbox.empty()) flush_needed = true;
   }
   return taken;
 }
@@ -565,17 +589,31 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
     if (!closed_) drain_rings_locked(flush_needed);
     if (epoch != epoch_) return Delivery{};  // ended, or replaced by a newer epoch
     if (fatal_) return *fatal_;
-    if (!buffer_) return Delivery{};
-    if (auto item = buffer_->pop()) {
-      Delivery d = std::move(item->second);
-      dispatcher_->on_delivered(d.worker);
-      if (d.worker >= 0 && static_cast<size_t>(d.worker) < slots_.size() && d.kind == Delivery::Kind::Batch)
-        ++slots_[static_cast<size_t>(d.worker)]->delivered;
-      dispatch_locked();
+    if (!stages_->sampling().active()) return Delivery{};
+    if (auto handed = stages_->handoff().take()) {
+      result_msg& r = handed->result;
+      Delivery d;
+      d.task = r.task_idx;
+      d.worker = r.worker;
+      if (r.batch.kind == WorkerReply::Kind::Error) {
+        d.kind = Delivery::Kind::Error;
+        d.error_type = std::move(r.batch.error_type);
+        d.error_message = std::move(r.batch.error_message);
+      } else {
+        d.kind = Delivery::Kind::Batch;
+        d.slab = r.batch.slab;
+        d.payload = std::move(r.batch.payload);
+        d.pinned = handed->pinned;
+        if (d.worker >= 0 && static_cast<size_t>(d.worker) < slots_.size()) ++slots_[static_cast<size_t>(d.worker)]->delivered;
+      }
+      // Its credit goes back to the sampler, whose next task goes out at once.
+      stages_->send(stages_->sampler(), credit_atom::value, static_cast<int32_t>(d.worker));
+      run_stages_locked();
       flush_dirty();
       return d;
     }
-    if (total_ && buffer_->done(first_task_, *total_)) return Delivery{};  // End
+    if (const auto& total = stages_->sampling().total(); total && stages_->reordering().done(first_task_, *total))
+      return Delivery{};  // End
     if (closed_) return Delivery{Delivery::Kind::Fatal, 0, -1, 0, "", "RuntimeError", "DataLoader: the worker pool was shut down"};
     if (flush_needed) {  // results of ended epochs freed slabs: waiting tasks go out
       flush_needed = false;
@@ -626,18 +664,20 @@ void Pipeline::end_epoch(uint64_t epoch) {
   std::lock_guard<std::mutex> lock(mu_);
   if (epoch != epoch_) return;  // already ended, or replaced by a newer epoch
   stopped_ = true;
-  if (dispatcher_) next_task_ = std::max(next_task_, dispatcher_->next_task());
-  if (buffer_)
-    while (auto item = buffer_->pop())
-      if (item->second.slab) slabs_->release(item->second.worker, item->second.slab);
+  SamplerStage& sampling = stages_->sampling();
+  sampling.halt();  // no more sampler draws
+  if (sampling.active()) next_task_ = std::max(next_task_, sampling.dispatcher().next_task());
+  release_undelivered_locked();
   epoch_ = 0;  // results still to come are stale: their slabs come back
   for (auto& s : slots_) s->waiting.clear();
 }
 
 std::pair<uint64_t, int> Pipeline::awaited() const {
   std::lock_guard<std::mutex> lock(mu_);
-  uint64_t task = buffer_ ? buffer_->next_expected() : 0;
-  int worker = dispatcher_ ? dispatcher_->worker_of(task) : -1;
+  const SamplerStage& sampling = stages_->sampling();
+  if (!sampling.active()) return {0, -1};
+  uint64_t task = next_for_application_locked();
+  int worker = sampling.dispatcher().worker_of(task);
   return {task - first_task_, worker};
 }
 
@@ -654,12 +694,13 @@ void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (epoch != epoch_ || epoch == 0) return;  // ended or replaced: the caller keeps what it had
   out.waits = static_cast<int64_t>(waits_);
-  if (dispatcher_) {
-    out.tasks_sent = static_cast<int64_t>(std::max(dispatcher_->next_task(), first_task_) - first_task_);
-    out.in_flight = static_cast<int64_t>(dispatcher_->in_flight());
+  const SamplerStage& sampling = stages_->sampling();
+  if (sampling.active()) {
+    out.tasks_sent = static_cast<int64_t>(std::max(sampling.dispatcher().next_task(), first_task_) - first_task_);
+    out.in_flight = static_cast<int64_t>(sampling.dispatcher().in_flight());
   }
-  out.ready = buffer_ ? static_cast<int64_t>(buffer_->buffered()) : 0;
-  out.sampler_s = static_cast<double>(sampler_ns_) * 1e-9;
+  out.ready = static_cast<int64_t>(stages_->reordering().buffered() + stages_->handoff().size());
+  out.sampler_s = static_cast<double>(sampling.sampler_ns()) * 1e-9;
   out.workers.clear();
   for (const auto& s : slots_) {
     EpochStats::Worker w;
@@ -704,15 +745,14 @@ void Pipeline::shutdown() {
     for (auto& [task, t] : s->life.take_all()) release_task_slab_locked(s->life.id(), t);
     s->waiting.clear();
   }
-  if (buffer_)
-    while (auto item = buffer_->pop())
-      if (item->second.slab) slabs_->release(item->second.worker, item->second.slab);
+  stages_->sampling().halt();
+  release_undelivered_locked();
 }
 
 // ------------------------------------------------------------------ reader threads
 
 void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
-  bool flush_needed = false;
+  std::vector<int> dirty;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Slot& s = *slots_[static_cast<size_t>(worker)];
@@ -731,7 +771,16 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
           notify_locked();
           return;
         }
-        default: handle_reply_locked(worker, decode_reply(static_cast<uint8_t>(f.type), f.body), flush_needed); break;
+        default: {
+          // A result on the socket (too large for the ring, or the ring was full):
+          // to the link actor, as the rings' results are.
+          WorkerReply r = decode_reply(static_cast<uint8_t>(f.type), f.body);
+          const uint64_t task = r.task;
+          stages_->send(stages_->link(worker), result_msg{task, std::move(r), worker});
+          run_stages_locked();
+          dirty = dirty_locked();
+          break;
+        }
       }
     } catch (const std::exception& e) {
       worker_failed_locked(worker, "RuntimeError", "DataLoader worker " + std::to_string(worker) +
@@ -740,23 +789,23 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
     }
     notify_locked();
   }
-  if (flush_needed && hooks_.flush_later) hooks_.flush_later(worker);
+  if (hooks_.flush_later)
+    for (int w : dirty) hooks_.flush_later(w);
 }
 
-void Pipeline::handle_reply_locked(int worker, WorkerReply r, bool& flush_needed) {
+WorkerStage::Outcome Pipeline::take_result(int worker, result_msg& m) {
   Slot& s = *slots_[static_cast<size_t>(worker)];
+  WorkerReply& r = m.batch;
   HeldTask* t = s.life.find(r.task);
-  if (!t) return;
+  if (!t) return Outcome::None;
   if (t->epoch != epoch_) {  // a task of an epoch that ended: its slab comes back
     release_task_slab_locked(worker, *t);
     s.life.release(r.task);
     drain_waiting_locked(worker);
-    flush_needed = !s.outbox.empty();
-    return;
+    return Outcome::None;
   }
-  Delivery d;
-  d.task = r.task;
-  d.worker = worker;
+  m.task_idx = r.task;
+  m.worker = worker;
   s.busy_ns += r.busy_ns;
   switch (r.kind) {
     case WorkerReply::Kind::Need: {
@@ -766,7 +815,7 @@ void Pipeline::handle_reply_locked(int worker, WorkerReply r, bool& flush_needed
         slab = slabs_->acquire_at_least(worker, r.bytes);
       } catch (const Error& e) {
         set_fatal_locked(e.python_type(), e.what(), worker);
-        return;
+        return Outcome::None;
       }
       if (t->slab) slabs_->release(worker, t->slab);
       t->slab = slab;
@@ -775,36 +824,25 @@ void Pipeline::handle_reply_locked(int worker, WorkerReply r, bool& flush_needed
       put_u64(b, r.task);
       put_u64(b, slab);
       queue_locked(worker, FrameType::UseSlab, std::move(b));
-      flush_needed = true;
-      return;
+      return Outcome::None;
     }
     case WorkerReply::Kind::Result:
-      d.kind = Delivery::Kind::Batch;
-      d.slab = t->slab;
-      d.payload = std::move(r.payload);
+      r.slab = t->slab;  // the slab the task was given (0: the batch came inline)
       break;
     case WorkerReply::Kind::Error:
-      d.kind = Delivery::Kind::Error;
-      d.error_type = std::move(r.error_type);
-      d.error_message = std::move(r.error_message);
       release_task_slab_locked(worker, *t);
+      r.slab = 0;
       break;
     case WorkerReply::Kind::IterEnd:
       release_task_slab_locked(worker, *t);
       s.life.release(r.task);
-      dispatcher_->on_finished(r.task);
-      dispatcher_->deactivate(worker);
-      dispatcher_->on_delivered(worker);  // a skipped task returns its credit
-      buffer_->skip(r.task);
-      if (dispatcher_->active_workers() == 0 && !total_) total_ = dispatcher_->next_task() - first_task_;
-      dispatch_locked();
-      flush_needed = true;
-      return;
+      return Outcome::Dry;
   }
   s.life.release(r.task);
-  dispatcher_->on_finished(r.task);
-  buffer_->push(r.task, std::move(d));
+  return Outcome::Deliver;
 }
+
+void Pipeline::stage_failed(const std::string& message) { set_fatal_locked("RuntimeError", message, -1); }
 
 void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
   std::string warning;
@@ -846,7 +884,8 @@ void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
         break;
     }
   }
-  if (flush_needed && hooks_.flush_later) hooks_.flush_later(worker);
+  if (flush_needed && hooks_.flush_later)
+    for (int w = 0; w < num_workers(); ++w) hooks_.flush_later(w);  // a flush with nothing queued writes nothing
   if (restart) {
     warn(warning);
     if (hooks_.restart_later) hooks_.restart_later(worker, gen);
@@ -859,12 +898,16 @@ void Pipeline::worker_failed_locked(int worker, const std::string& type, const s
   // Every task it held is answered: the epoch fails with this error.
   for (auto& [task, t] : s.life.take_all()) release_task_slab_locked(worker, t);
   s.waiting.clear();
-  if (dispatcher_) dispatcher_->deactivate(worker);
+  if (stages_->sampling().active()) {
+    stages_->send(stages_->sampler(), retire_atom::value, static_cast<int32_t>(worker));
+    run_stages_locked();
+  }
   if (epoch_ != 0) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), worker);
 }
 
 void Pipeline::set_fatal_locked(const std::string& type, const std::string& message, int worker) {
   if (fatal_) return;
+  stages_->sampling().halt();  // no task goes out after the epoch failed
   Delivery f;
   f.kind = Delivery::Kind::Fatal;
   f.worker = worker;

@@ -1,43 +1,52 @@
-// Pipeline: the batch path of one worker pool, as one plain class that tests drive
-// without an actor system.  It holds the four stages of the design in one lock:
+// Pipeline: the worker pool of one DataLoader in the main process: its worker slots
+// (the worker stage's logic: each worker's lifecycle, link, frames, slabs) and the
+// stage actors its batches travel through (stage_actors.h):
 //
-//   sampler stage   TaskSource (the index stream) + TaskDispatcher (credits,
-//                   PyTorch's round robin, the in_order=false capacity rule)
-//   worker stage    one Slot per worker: its WorkerLifecycle (state machine,
-//                   generations, the tasks it holds), its WorkerLink (process or
-//                   thread + reader), the frames queued for it
-//   reorder stage   ReorderBuffer: results leave in task order (or completion order)
-//   pin stage       SlabStore: slabs page-locked once, when made
+//   sampler actor  SamplerStage: TaskSource (the index stream) + TaskDispatcher
+//                  (credits, PyTorch's round robin, the in_order=false capacity rule)
+//   link actor k   worker slot k (WorkerStage, implemented here): a task is held until
+//                  answered, sent with a slab over the task ring (or the socket); a
+//                  result from the ring or the socket goes on to the reorder stage
+//   reorder actor  ReorderBuffer: results leave in task order (or completion order)
+//   pin actor      Handoff: each result handed over, marked page-locked when its slab
+//                  is (SlabStore pins a slab once, when made)
 //
-// and the messages between them are method calls, so that a batch costs the main
-// process no actor hop (docs/transport.md has the measurement that chose this):
+// Task (task_msg) and result (result_msg) are actor messages.  The stage actors run
+// on the pool's strand: an InlineExecutor that whoever holds mu_ runs, so a batch
+// costs mailbox messages but no thread hand-off or wake-up (the measurement that chose
+// this is in docs/architecture.md):
 //
 //   application thread  next(): takes the Result frames the workers published in the
-//                       result rings (shared memory, no system call), pops the next
-//                       result (sleeps on the rings' doorbell only when none is
-//                       ready), returns its credit and dispatches the next task (a
-//                       Task frame in the worker's task ring; the worker is woken
-//                       only if it sleeps).
+//                       result rings (shared memory, no system call) and gives each to
+//                       its link actor; runs the strand (link -> reorder -> pin); takes
+//                       the next handed-over result, sends the sampler its credit back
+//                       and runs the strand again (the sampler's next task goes to a
+//                       link, which posts it in the worker's task ring; the worker is
+//                       woken only if it sleeps).  Sleeps on the rings' doorbell only
+//                       when nothing is ready.
 //   reader thread k     on_frame(): every other frame of worker k (ready, errors, a
-//                       batch too large for a ring...); on_down(): takes what the dead
-//                       incarnation left in its ring first.  The application thread is
-//                       woken (doorbell) only if it sleeps.
-//                       Readers never write to a socket (a full socket could then
-//                       deadlock both sides): frames they queue are flushed by the
-//                       worker's actor (hooks.flush_later).
+//                       batch too large for a ring...), results given to link k as
+//                       above; on_down(): takes what the dead incarnation left in its
+//                       ring first.  The application thread is woken (doorbell) only if
+//                       it sleeps.  Readers never write to a socket (a full socket
+//                       could then deadlock both sides): frames they queue are flushed
+//                       by the slot actor (hooks.flush_later).
 //   any thread          release_slab(): a batch was dropped; a task waiting for a
 //                       slab goes out.
-//   worker actor k      restart(k), watch(k), flush(k) (WorkerControl): everything
+//   slot actor k        restart(k), watch(k), flush(k) (WorkerControl): everything
 //                       that starts or kills worker k's process runs there or in the
 //                       application thread (slot_actor.h, pool_actor.h).
 //
 // Locks: flush_mu of a slot (orders the frames written to one link) before mu_
 // before SlabStore's lock.  No socket write and no process wait happens under mu_.
+// mu_ is also the strand's: every message to a stage actor is sent, and the strand
+// run, under it; between two runs every stage mailbox is empty, and the pipeline
+// reads the stages' plain classes (position, stats).
 //
 // Why the reorder buffer cannot overflow: a task goes out only against a credit
-// (TaskDispatcher::can_send), and a credit comes back only when next() hands a
-// result to the application or a task is skipped, so at most prefetch_factor *
-// num_workers results are ever held (or in flight).
+// (TaskDispatcher::can_send, in the sampler stage), and a credit comes back only when
+// next() hands a result to the application or a task is skipped, so at most
+// prefetch_factor * num_workers results are ever held (or in flight).
 //
 // Why every sample arrives exactly once after a restart: a slot keeps each task
 // until its answer arrives from the incarnation the task was sent to; an answer
@@ -65,6 +74,7 @@
 #include "loader/runtime/os/shm.h"
 #include "loader/runtime/parent/slab_store.h"
 #include "loader/runtime/parent/slot_actor.h"
+#include "loader/runtime/parent/stage_actors.h"
 #include "loader/runtime/parent/task_dispatcher.h"
 #include "loader/runtime/child/worker_core.h"
 #include "loader/runtime/parent/worker_lifecycle.h"
@@ -81,12 +91,15 @@ struct Delivery {
   std::string payload;        ///< Batch: encoded batch (descriptors into the slab)
   std::string error_type;     ///< Error/Fatal
   std::string error_message;  ///< Error/Fatal
+  bool pinned = false;        ///< Batch: its slab is page-locked (the pin stage says so)
 };
 
 using loader::EpochPosition;  // epoch.h
 using loader::EpochResume;
 
 struct PipelineConfig {
+  /// The actor system the pool's stage actors live in (required).
+  caf::actor_system* system = nullptr;
   std::vector<WorkerConfig> workers;  ///< one per worker slot
   int prefetch_factor = 2;
   bool in_order = true;
@@ -107,7 +120,10 @@ struct PipelineHooks {
   std::function<void(int worker)> flush_later;
 };
 
-class Pipeline final : public LinkEvents, public WorkerControl, public std::enable_shared_from_this<Pipeline> {
+class Pipeline final : public LinkEvents,
+                       public WorkerControl,
+                       public WorkerStage,
+                       public std::enable_shared_from_this<Pipeline> {
  public:
   Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs);
   ~Pipeline() override;
@@ -146,6 +162,9 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   /// Stops every worker (links in a fixed order) and refuses all further work.
   /// The pool's actors must be gone first (PoolActors::stop).
   void shutdown();
+  /// Ends the stage actors (after shutdown(), before the actor system goes; the
+  /// destructor does it otherwise).  Not at exit: CAF may be gone.
+  void stop_stages();
   /// The task awaited next and the worker it went to (for timeout messages).
   std::pair<uint64_t, int> awaited() const;
   /// Pids of the worker processes (-1: in-process, or not running).
@@ -170,6 +189,11 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   void watch(int worker, std::chrono::milliseconds tick) override;
   /// Anything unexpected in the runtime itself: the loader fails with this message.
   void fail_all(const std::string& type, const std::string& message) override;
+
+  // ---- the strand (WorkerStage: link actor k), under mu_
+  void take_task(int worker, task_msg& task) override;
+  Outcome take_result(int worker, result_msg& r) override;
+  void stage_failed(const std::string& message) override;
 
   // ---- reader threads (LinkEvents)
   void on_frame(int worker, uint32_t gen, Frame& frame) override;
@@ -223,15 +247,19 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   uint64_t rng_slots() const;
   /// The state at the start of `worker`'s task `task` (its page, or a resumed epoch's state).
   std::optional<std::string> state_before_locked(const Slot& s, uint64_t task) const;
-  /// Sends tasks while credits, workers and indices allow.
-  void dispatch_locked();
-  /// Sends one task; returns the worker it went to, or -1 when none could go.
-  int dispatch_one_locked();
+  /// Runs the stage actors until every mailbox is empty; a sampler that failed fails
+  /// the epoch.
+  void run_stages_locked();
+  /// Workers with frames queued for their socket.
+  std::vector<int> dirty_locked() const;
+  /// Gives back the slabs of every result of the epoch not taken (reorder, handoff).
+  void release_undelivered_locked();
+  /// The task the application gets next.
+  uint64_t next_for_application_locked() const;
   void send_task_locked(int worker, uint64_t task);
   void drain_waiting_locked(int worker);
   void announce_locked(int worker, uint64_t slab);
   void queue_locked(int worker, FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner = nullptr);
-  void handle_reply_locked(int worker, WorkerReply r, bool& flush_needed);
   void worker_failed_locked(int worker, const std::string& type, const std::string& message);
   void set_fatal_locked(const std::string& type, const std::string& message, int worker);
   void release_task_slab_locked(int worker, const HeldTask& t);
@@ -261,15 +289,10 @@ class Pipeline final : public LinkEvents, public WorkerControl, public std::enab
   uint64_t epochs_started_ = 0;
   uint64_t first_task_ = 0;        ///< the current epoch's first task
   uint64_t next_task_ = 0;         ///< task ids are unique across epochs
-  std::optional<TaskSource> source_;
-  std::unique_ptr<TaskDispatcher> dispatcher_;
-  std::unique_ptr<ReorderBuffer<Delivery>> buffer_;
-  std::optional<uint64_t> total_;
   std::optional<Delivery> fatal_;
-  bool exhausted_ = false;
   bool stopped_ = false;
   uint64_t waits_ = 0;             ///< next() calls of this epoch that found nothing ready
-  uint64_t sampler_ns_ = 0;        ///< time in the sampler (TaskSource::next) this epoch
+  std::unique_ptr<StageActors> stages_;  ///< the stage actors and their strand (mu_)
 };
 
 }  // namespace loader::runtime

@@ -74,6 +74,9 @@ struct WorkerReply {
 struct result_msg {
   uint64_t task_idx = 0;
   WorkerReply batch;
+  /// The worker slot it came from, set by the main process's link actor (the worker
+  /// itself leaves -1: it does not know its slot's place in the pool).
+  int32_t worker = -1;
 };
 
 template <class Inspector>
@@ -87,7 +90,7 @@ typename Inspector::result_type inspect(Inspector& f, WorkerReply& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, result_msg& x) {
-  return f(caf::meta::type_name("result_msg"), x.task_idx, x.batch);
+  return f(caf::meta::type_name("result_msg"), x.task_idx, x.batch, x.worker);
 }
 
 // ---------------------------------------------------------------- worker actor
@@ -135,6 +138,58 @@ using uplink_actor = caf::typed_actor<
     caf::reacts_to<result_msg>,
     caf::reacts_to<ready_atom>,
     caf::reacts_to<fatal_atom, std::string /*type*/, std::string /*message*/, std::string /*when*/, int32_t /*status*/>>;
+
+// ---------------------------------------------------------------- main process stages
+//
+// The batch path of a pool (parent/stage_actors.h): sampler -> link k -> (worker k) ->
+// link k -> reorder -> pin -> the application.  These actors run on the pool's
+// strand (one InlineExecutor, run by whichever thread holds the pipeline's lock: the
+// application thread in next(), a reader thread with a frame), so a batch costs
+// mailbox messages and no thread hand-off.
+
+/// What the sampler sends tasks to: a worker actor, or whatever stands for one (the
+/// link actor of a worker process or thread; next, a worker on another host).  The
+/// sampler sees nothing else of a worker.
+using task_sink = caf::typed_actor<caf::reacts_to<task_msg>>;
+
+/// application thread (Pipeline::next, a result taken) -> sampler: one credit back,
+/// for a result of `worker`.
+using credit_atom = caf::atom_constant<caf::atom("credit")>;
+/// link k -> sampler: task `task` was answered (its result goes to the reorder stage).
+using finished_atom = caf::atom_constant<caf::atom("finished")>;
+/// link k -> sampler: worker k's iterable stream ran dry at task `task` (no result:
+/// its credit comes back, the worker gets no more tasks this epoch).
+using dry_atom = caf::atom_constant<caf::atom("dry")>;
+/// Pipeline -> sampler: worker k is gone for good (it gets no more tasks).
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
+/// Pipeline -> sampler: send up to `max` tasks (-1: as many as credits allow); an
+/// epoch's first tasks go out one at a time, each written to its worker at once.
+using dispatch_atom = caf::atom_constant<caf::atom("dispatch")>;
+/// link k -> reorder: task `task` produced nothing (an iterable ran dry); the order
+/// moves past it.
+using skip_atom = caf::atom_constant<caf::atom("skip")>;
+
+/// The sampler stage: TaskSource + TaskDispatcher (credits, PyTorch's round robin,
+/// the in_order=false capacity rule).  It sends `task_msg` to task sinks.
+using sampler_actor = caf::typed_actor<
+    caf::reacts_to<credit_atom, int32_t /*worker*/>,
+    caf::reacts_to<finished_atom, uint64_t /*task*/>,
+    caf::reacts_to<dry_atom, int32_t /*worker*/, uint64_t /*task*/>,
+    caf::reacts_to<retire_atom, int32_t /*worker*/>,
+    caf::reacts_to<dispatch_atom, int32_t /*max*/>>;
+
+/// The worker stage as the main process holds it, one per worker slot: takes the
+/// sampler's tasks to its worker (holding each until answered, with a slab, over the
+/// task ring or the socket) and the worker's results back (the result ring, the
+/// socket), which it forwards to the reorder stage.
+using link_actor = caf::typed_actor<caf::reacts_to<task_msg>, caf::reacts_to<result_msg>>;
+
+/// The reorder stage: results leave in task order (in_order) or as they come.
+using reorder_actor = caf::typed_actor<caf::reacts_to<result_msg>, caf::reacts_to<skip_atom, uint64_t /*task*/>>;
+
+/// The pin-memory stage: hands each result over to the application, its slab
+/// page-locked (a slab is pinned once, when made: SlabStore).
+using pin_actor = caf::typed_actor<caf::reacts_to<result_msg>>;
 
 // ---------------------------------------------------------------- main process control
 

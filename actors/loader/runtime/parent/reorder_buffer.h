@@ -28,6 +28,9 @@ class ReorderBuffer {
   explicit ReorderBuffer(uint64_t first_task = 0, bool in_order = true)
       : next_(first_task), in_order_(in_order) {}
 
+  /// Starts over (a new epoch): nothing held, `first_task` expected next.
+  void reset(uint64_t first_task, bool in_order) { *this = ReorderBuffer(first_task, in_order); }
+
   /// Records the result of `task`.  Results of tasks already released are ignored.
   void push(uint64_t task, T item) {
     if (task < next_ && in_order_) return;

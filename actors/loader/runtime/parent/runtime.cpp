@@ -87,6 +87,7 @@ class WorkerPool final : public ExitTeardown {
     const auto& o = state.options;
     check_worker_number(state);
     PipelineConfig cfg;
+    cfg.system = system_.get();
     cfg.prefetch_factor = o.effective_prefetch_factor();
     cfg.in_order = o.in_order;
     cfg.max_restarts = o.max_worker_restarts;
@@ -131,7 +132,10 @@ class WorkerPool final : public ExitTeardown {
       return;
     }
     if (actors_) actors_->stop();  // first: nothing restarts or watches a worker during teardown
-    if (pipeline_) pipeline_->shutdown();
+    if (pipeline_) {
+      pipeline_->shutdown();
+      pipeline_->stop_stages();  // the stage actors end before the system can go
+    }
     actors_.reset();
     system_.reset();  // the last holder destroys the actor system
   }
@@ -297,7 +301,7 @@ class MultiProcessEpoch final : public EpochBackend {
           if (auto p = pipe.lock()) p->release_slab(worker, slab);
           else store->release(worker, slab);
         },
-        store->pinned(slab));
+        d.pinned);
     return decode_batch(d.payload, d.slab, lease);
   }
 

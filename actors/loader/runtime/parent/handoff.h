@@ -1,0 +1,57 @@
+// Handoff: the pin-memory stage's logic, a plain class the pin actor is a shell over
+// (pin_actor.h): the results handed over to the application, in the order the
+// reorder stage released them, each marked page-locked or not (its slab's pinning,
+// made once when the slab was: SlabStore).  The application thread takes them
+// (Pipeline::next), and each one taken returns a credit to the sampler.
+//
+// Thread use: the strand of its pool (the pin actor pushes); the application thread
+// takes and reads between two activations of the strand, under the strand's lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <utility>
+
+#include "loader/runtime/protocol.h"
+
+namespace loader::runtime {
+
+struct HandedOver {
+  result_msg result;
+  bool pinned = false;  ///< its slab is page-locked (pin_memory)
+};
+
+class Handoff {
+ public:
+  void push(result_msg r, bool pinned) { ready_.push_back(HandedOver{std::move(r), pinned}); }
+  std::optional<HandedOver> take() {
+    if (ready_.empty()) return std::nullopt;
+    HandedOver h = std::move(ready_.front());
+    ready_.pop_front();
+    ++taken_;
+    return h;
+  }
+  bool empty() const { return ready_.empty(); }
+  size_t size() const { return ready_.size(); }
+  /// The task of the oldest result not yet taken.  REQUIRES: !empty().
+  uint64_t front_task() const { return ready_.front().result.task_idx; }
+  /// Results taken by the application since the last clear().
+  uint64_t taken() const { return taken_; }
+  template <class F>
+  void for_each(F f) const {
+    for (const auto& h : ready_) f(h);
+  }
+  /// Forgets every result (an epoch ended): returns them, so that their slabs go back.
+  std::deque<HandedOver> clear() {
+    taken_ = 0;
+    return std::exchange(ready_, {});
+  }
+
+ private:
+  std::deque<HandedOver> ready_;
+  uint64_t taken_ = 0;
+};
+
+}  // namespace loader::runtime

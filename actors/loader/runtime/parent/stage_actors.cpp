@@ -1,0 +1,58 @@
+#include "loader/runtime/parent/stage_actors.h"
+
+#include "loader/runtime/parent/link_actor.h"
+#include "loader/runtime/parent/pin_actor.h"
+#include "loader/runtime/parent/reorder_actor.h"
+#include "loader/runtime/parent/sampler_actor.h"
+
+namespace loader::runtime {
+
+StageActors::StageActors(caf::actor_system& sys, int workers, WorkerStage& stage, std::shared_ptr<SlabStore> slabs)
+    : exec_(sys) {
+  // Downstream first: each actor is spawned with the handles it sends to.  The
+  // sampler's task sinks are the links, spawned after it (they tell it what finished).
+  pin_ = spawn_pin_actor(sys, &handoff_, std::move(slabs), &stage);
+  reorder_ = spawn_reorder_actor(sys, &reordering_, pin_, &stage);
+  sampler_ = spawn_sampler_actor(sys, &sampling_, &sinks_, &stage);
+  for (int w = 0; w < workers; ++w) {
+    links_.push_back(spawn_link_actor(sys, w, &stage, sampler_, reorder_));
+    sinks_.push_back(links_.back());
+  }
+}
+
+StageActors::~StageActors() { stop(); }
+
+void StageActors::run() {
+  if (running_) return;  // the outer run() goes on with what was just scheduled
+  running_ = true;
+  try {
+    exec_.run();
+  } catch (...) {
+    running_ = false;
+    throw;
+  }
+  running_ = false;
+}
+
+void StageActors::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  // Exit messages through the strand: every actor ends here, before the stages'
+  // plain classes (members of this object) go.  They hold each other's handles, so
+  // none would end by itself.
+  std::vector<caf::abstract_actor*> actors{caf::actor_cast<caf::abstract_actor*>(sampler_),
+                                           caf::actor_cast<caf::abstract_actor*>(reorder_),
+                                           caf::actor_cast<caf::abstract_actor*>(pin_)};
+  for (const auto& l : links_) actors.push_back(caf::actor_cast<caf::abstract_actor*>(l));
+  for (caf::abstract_actor* a : actors)
+    if (a) a->eq_impl(caf::make_message_id(), nullptr, &exec_, caf::exit_msg{a->address(), caf::exit_reason::user_shutdown});
+  running_ = false;
+  exec_.run();
+  sinks_.clear();
+  links_.clear();
+  sampler_ = nullptr;
+  reorder_ = nullptr;
+  pin_ = nullptr;
+}
+
+}  // namespace loader::runtime

@@ -1,0 +1,104 @@
+// The stage actors of one worker pool in the main process, and the strand they run on.
+//
+//   sampler --task_msg--> link k --(task ring / socket)--> worker actor k
+//   worker actor k --(result ring / socket)--> link k --result_msg--> reorder
+//   link k --finished / dry--> sampler          reorder --result_msg--> pin
+//   pin --> Handoff --> application thread (Pipeline::next) --credit--> sampler
+//
+// Each actor is a thin shell over a plain class: the sampler over SamplerStage, each
+// link over the pipeline's worker slots (WorkerStage, implemented by Pipeline), the
+// reorder actor over a ReorderBuffer, the pin actor over a Handoff.  They share no
+// state: what one stage tells another is a message.
+//
+// The strand: all of them are spawned lazily and only ever receive messages through
+// one InlineExecutor, which whoever holds the pipeline's lock runs (the application
+// thread in next(), a reader thread with a frame, a slot actor restarting its worker).
+// So the stages of a pool share one thread at a time, and a batch costs a few mailbox
+// messages and no thread hand-off or wake-up (docs/architecture.md has the figures).
+//
+// Thread use: every method, and every message to these actors, under the pipeline's
+// lock.  The pipeline reads the stages' plain classes between two run() calls.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loader/runtime/inline_executor.h"
+#include "loader/runtime/parent/handoff.h"
+#include "loader/runtime/parent/reorder_buffer.h"
+#include "loader/runtime/parent/sampler_stage.h"
+#include "loader/runtime/protocol.h"
+
+namespace loader::runtime {
+
+class SlabStore;
+
+/// The worker stage's logic for the link actors (implemented by Pipeline, which holds
+/// each slot's lifecycle, link and frames).  Called on the strand.
+class WorkerStage {
+ public:
+  virtual ~WorkerStage() = default;
+  /// Worker `worker` is to compute `task`: held until answered, sent with a slab.
+  virtual void take_task(int worker, task_msg& task) = 0;
+  enum class Outcome {
+    Deliver,  ///< a batch or a sample's error: on to the reorder stage
+    Dry,      ///< the worker's iterable ran dry: the order moves past the task
+    None,     ///< nothing to forward (a larger slab was sent, a stale or unknown task)
+  };
+  /// Worker `worker` answered: its lifecycle takes the task back; `r` is completed
+  /// (its slab, its worker) for delivery.
+  virtual Outcome take_result(int worker, result_msg& r) = 0;
+  /// Something unexpected in a stage actor: the epoch fails with this message.
+  virtual void stage_failed(const std::string& message) = 0;
+};
+
+class StageActors {
+ public:
+  /// Spawns the sampler, one link per worker, the reorder and the pin actor.
+  StageActors(caf::actor_system& sys, int workers, WorkerStage& stage, std::shared_ptr<SlabStore> slabs);
+  /// stop() unless it ran.
+  ~StageActors();
+  StageActors(const StageActors&) = delete;
+  StageActors& operator=(const StageActors&) = delete;
+
+  /// Puts a message into an actor's mailbox; it runs at the next run().
+  template <class Dest, class... Ts>
+  void send(const Dest& dest, Ts&&... xs) {
+    exec_.send(dest, std::forward<Ts>(xs)...);
+  }
+  /// Runs the stages until none has a message left.  Re-entered (a stage calls back
+  /// into the pipeline, which sends): returns at once, the outer run takes the rest.
+  void run();
+  /// Ends every actor (on the strand); later messages go nowhere.
+  void stop();
+
+  const sampler_actor& sampler() const { return sampler_; }
+  const link_actor& link(int worker) const { return links_[static_cast<size_t>(worker)]; }
+
+  SamplerStage& sampling() { return sampling_; }
+  const SamplerStage& sampling() const { return sampling_; }
+  ReorderBuffer<result_msg>& reordering() { return reordering_; }
+  const ReorderBuffer<result_msg>& reordering() const { return reordering_; }
+  Handoff& handoff() { return handoff_; }
+  const Handoff& handoff() const { return handoff_; }
+
+ private:
+  InlineExecutor exec_;
+  bool running_ = false;
+  bool stopped_ = false;
+  // The stages' plain classes (declared before the actors that point at them).
+  SamplerStage sampling_;
+  ReorderBuffer<result_msg> reordering_;
+  Handoff handoff_;
+  sampler_actor sampler_;
+  std::vector<link_actor> links_;
+  std::vector<task_sink> sinks_;  ///< the links, as the sampler sees them
+  reorder_actor reorder_;
+  pin_actor pin_;
+};
+
+}  // namespace loader::runtime

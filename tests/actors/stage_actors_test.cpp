@@ -1,0 +1,278 @@
+// The main process's stage actors, each alone, driven by its messages on CAF's
+// deterministic scheduler (each message is handled when the test says so, no threads):
+// the sampler stops at its credits and resumes on each one returned, the link takes
+// the worker's results on to the reorder stage, the reorder actor releases results in
+// task order, the pin actor hands over what it receives.  The actors a stage sends to
+// are recording actors of the same typed interface.
+#include <gtest/gtest.h>
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deterministic_system.h"
+#include "loader/runtime/parent/handoff.h"
+#include "loader/runtime/parent/link_actor.h"
+#include "loader/runtime/parent/pin_actor.h"
+#include "loader/runtime/parent/reorder_actor.h"
+#include "loader/runtime/parent/sampler_actor.h"
+#include "loader/error.h"
+#include "loader/samplers.h"
+
+namespace loader::runtime {
+namespace {
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(i);
+  return v;
+}
+
+result_msg result(uint64_t task, int worker, const std::string& payload = "") {
+  result_msg r;
+  r.task_idx = task;
+  r.worker = worker;
+  r.batch.kind = WorkerReply::Kind::Result;
+  r.batch.task = task;
+  r.batch.payload = payload.empty() ? "batch " + std::to_string(task) : payload;
+  return r;
+}
+
+/// What the stages under test sent, in order.
+struct Recorded {
+  std::vector<task_msg> tasks[2];       ///< per task sink
+  std::vector<result_msg> results;      ///< to the reorder or the pin stage
+  std::vector<std::string> events;      ///< "finished 3", "dry 1 4", "skip 4", "credit 0", ...
+};
+
+// Spawned with an argument each (CAF 0.17 binds a reference to a null tuple for a
+// function actor without one).
+task_sink::behavior_type recording_sink(task_sink::pointer, std::vector<task_msg>* out) {
+  return {[out](task_msg& t) { out->push_back(std::move(t)); }};
+}
+pin_actor::behavior_type recording_pin(pin_actor::pointer, Recorded* out) {
+  return {[out](result_msg& r) { out->results.push_back(std::move(r)); }};
+}
+reorder_actor::behavior_type recording_reorder(reorder_actor::pointer, Recorded* out) {
+  return {
+      [out](result_msg& r) { out->results.push_back(std::move(r)); },
+      [out](skip_atom, uint64_t task) { out->events.push_back("skip " + std::to_string(task)); },
+  };
+}
+sampler_actor::behavior_type recording_sampler(sampler_actor::pointer, Recorded* out) {
+  return {
+      [out](credit_atom, int32_t w) { out->events.push_back("credit " + std::to_string(w)); },
+      [out](finished_atom, uint64_t t) { out->events.push_back("finished " + std::to_string(t)); },
+      [out](dry_atom, int32_t w, uint64_t t) {
+        out->events.push_back("dry " + std::to_string(w) + " " + std::to_string(t));
+      },
+      [out](retire_atom, int32_t w) { out->events.push_back("retire " + std::to_string(w)); },
+      [out](dispatch_atom, int32_t m) { out->events.push_back("dispatch " + std::to_string(m)); },
+  };
+}
+
+/// The worker stage as a link actor sees it: records the tasks it is given, answers
+/// results as `outcome` says.
+class FakeWorkerStage final : public WorkerStage {
+ public:
+  void take_task(int worker, task_msg& t) override {
+    taken.push_back("worker " + std::to_string(worker) + " task " + std::to_string(t.task_idx));
+  }
+  Outcome take_result(int worker, result_msg& r) override {
+    r.worker = worker;
+    r.batch.slab = 5;  // the slab the pipeline held for the task
+    return outcome;
+  }
+  void stage_failed(const std::string& message) override { failures.push_back(message); }
+  Outcome outcome = Outcome::Deliver;
+  std::vector<std::string> taken;
+  std::vector<std::string> failures;
+};
+
+class StageActorTest : public ::testing::Test {
+ protected:
+  StageActorTest()
+      : sys_(deterministic_config()), sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler())) {}
+  ~StageActorTest() override {
+    for (const auto& a : spawned_) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    sched_.run();
+  }
+  template <class Handle>
+  Handle keep(Handle h) {
+    spawned_.push_back(caf::actor_cast<caf::actor>(h));
+    return h;
+  }
+
+  caf::actor_system sys_;
+  caf::scheduler::test_coordinator& sched_;
+  std::vector<caf::actor> spawned_;
+  Recorded rec_;
+  FakeWorkerStage stage_;
+};
+
+TEST_F(StageActorTest, TheReorderActorGivenResults312EmitsThemAs123) {
+  ReorderBuffer<result_msg> buffer(/*first_task=*/1, /*in_order=*/true);
+  auto pin = keep(sys_.spawn(recording_pin, &rec_));
+  auto reorder = keep(spawn_reorder_actor(sys_, &buffer, pin, &stage_));
+  caf::anon_send(reorder, result(3, 1));
+  sched_.run();
+  EXPECT_TRUE(rec_.results.empty()) << "task 3 waits for 1 and 2";
+  caf::anon_send(reorder, result(1, 1));
+  sched_.run();
+  ASSERT_EQ(rec_.results.size(), 1u);
+  caf::anon_send(reorder, result(2, 0));
+  sched_.run();
+  ASSERT_EQ(rec_.results.size(), 3u);
+  EXPECT_EQ(rec_.results[0].task_idx, 1u);
+  EXPECT_EQ(rec_.results[1].task_idx, 2u);
+  EXPECT_EQ(rec_.results[2].task_idx, 3u);
+  EXPECT_EQ(rec_.results[1].worker, 0);
+  EXPECT_EQ(rec_.results[2].batch.payload, "batch 3");
+  EXPECT_EQ(buffer.buffered(), 0u);
+}
+
+TEST_F(StageActorTest, TheReorderActorMovesPastASkippedTaskAndOutOfOrderReleasesAtOnce) {
+  ReorderBuffer<result_msg> buffer(0, true);
+  auto pin = keep(sys_.spawn(recording_pin, &rec_));
+  auto reorder = keep(spawn_reorder_actor(sys_, &buffer, pin, &stage_));
+  caf::anon_send(reorder, result(1, 1));
+  caf::anon_send(reorder, skip_atom::value, uint64_t{0});
+  sched_.run();
+  ASSERT_EQ(rec_.results.size(), 1u);
+  EXPECT_EQ(rec_.results[0].task_idx, 1u);
+
+  Recorded unordered;
+  ReorderBuffer<result_msg> completion(0, /*in_order=*/false);
+  auto pin2 = keep(sys_.spawn(recording_pin, &unordered));
+  auto reorder2 = keep(spawn_reorder_actor(sys_, &completion, pin2, &stage_));
+  caf::anon_send(reorder2, result(2, 0));
+  caf::anon_send(reorder2, result(0, 0));
+  sched_.run();
+  ASSERT_EQ(unordered.results.size(), 2u);
+  EXPECT_EQ(unordered.results[0].task_idx, 2u) << "in_order=false: as they complete";
+}
+
+class SamplerActorTest : public StageActorTest {
+ protected:
+  /// 10 tasks of 3 indices over 2 workers, prefetch_factor 2: 4 credits.
+  SamplerActorTest() {
+    stage_sampler_.begin(TaskSource(std::make_shared<BatchSampler>(iota(30), 3, false), nullptr), false,
+                         TaskDispatcher(2, 2, /*first_task=*/0));
+    for (auto& out : rec_.tasks) sinks_.push_back(keep(sys_.spawn(recording_sink, &out)));
+    sampler_ = keep(spawn_sampler_actor(sys_, &stage_sampler_, &sinks_, &stage_));
+  }
+  size_t sent() const { return rec_.tasks[0].size() + rec_.tasks[1].size(); }
+
+  SamplerStage stage_sampler_;
+  std::vector<task_sink> sinks_;
+  sampler_actor sampler_;
+};
+
+TEST_F(SamplerActorTest, StopsAtItsCreditsAndResumesOnEachReturnedOne) {
+  caf::anon_send(sampler_, dispatch_atom::value, int32_t{-1});
+  sched_.run();
+  ASSERT_EQ(sent(), 4u) << "prefetch_factor * num_workers tasks, no more";
+  // Round robin: task i to worker i mod 2, its indices the batch sampler's i-th batch.
+  ASSERT_EQ(rec_.tasks[0].size(), 2u);
+  EXPECT_EQ(rec_.tasks[0][0].task_idx, 0u);
+  EXPECT_EQ(rec_.tasks[0][1].task_idx, 2u);
+  EXPECT_EQ(rec_.tasks[1][0].task_idx, 1u);
+  EXPECT_EQ(rec_.tasks[0][1].indices, (std::vector<int64_t>{6, 7, 8}));
+  caf::anon_send(sampler_, finished_atom::value, uint64_t{0});
+  sched_.run();
+  EXPECT_EQ(sent(), 4u) << "a finished task is no credit: only its consumption is";
+  for (size_t credits = 1; credits <= 6; ++credits) {
+    caf::anon_send(sampler_, credit_atom::value, int32_t{0});
+    sched_.run();
+    EXPECT_EQ(sent(), 4u + credits) << "one task per credit";
+  }
+  ASSERT_EQ(sent(), 10u);
+  EXPECT_FALSE(stage_sampler_.total().has_value()) << "the sampler was not asked past its end yet";
+  caf::anon_send(sampler_, credit_atom::value, int32_t{1});
+  sched_.run();
+  EXPECT_EQ(sent(), 10u);
+  ASSERT_TRUE(stage_sampler_.total().has_value());
+  EXPECT_EQ(*stage_sampler_.total(), 10u);
+  EXPECT_TRUE(stage_sampler_.exhausted());
+}
+
+TEST_F(SamplerActorTest, DispatchWithAMaximumSendsThatManyAndARetiredWorkerGetsNone) {
+  caf::anon_send(sampler_, dispatch_atom::value, int32_t{1});
+  sched_.run();
+  EXPECT_EQ(sent(), 1u);
+  caf::anon_send(sampler_, retire_atom::value, int32_t{1});
+  caf::anon_send(sampler_, dispatch_atom::value, int32_t{-1});
+  sched_.run();
+  EXPECT_EQ(rec_.tasks[1].size(), 0u);
+  EXPECT_EQ(rec_.tasks[0].size(), 4u) << "every credit to the worker left";
+}
+
+TEST_F(SamplerActorTest, ASamplerThatThrowsHaltsAndSaysWhy) {
+  class Failing final : public BatchSamplerBase {
+   public:
+    std::unique_ptr<Cursor<IndexBatch>> iter() override {
+      return make_cursor<IndexBatch>([]() -> std::optional<IndexBatch> { throw ValueError("no more indices today"); });
+    }
+    std::optional<int64_t> size() const override { return 3; }
+  };
+  stage_sampler_.begin(TaskSource(std::make_shared<Failing>(), nullptr), false, TaskDispatcher(2, 2, 0));
+  caf::anon_send(sampler_, dispatch_atom::value, int32_t{-1});
+  sched_.run();
+  EXPECT_EQ(sent(), 0u);
+  ASSERT_TRUE(stage_sampler_.failure().has_value());
+  EXPECT_EQ(stage_sampler_.failure()->first, "ValueError");
+  EXPECT_NE(stage_sampler_.failure()->second.find("the sampler failed: no more indices today"), std::string::npos);
+}
+
+TEST_F(StageActorTest, ALinkTakesTasksToItsWorkerAndResultsOnToTheReorderStage) {
+  auto sampler = keep(sys_.spawn(recording_sampler, &rec_));
+  auto reorder = keep(sys_.spawn(recording_reorder, &rec_));
+  auto link = keep(spawn_link_actor(sys_, 1, &stage_, sampler, reorder));
+  caf::anon_send(link, task_msg{7, {1, 2}, 0});
+  sched_.run();
+  EXPECT_EQ(stage_.taken, (std::vector<std::string>{"worker 1 task 7"}));
+  caf::anon_send(link, result(7, -1));
+  sched_.run();
+  ASSERT_EQ(rec_.results.size(), 1u);
+  EXPECT_EQ(rec_.results[0].worker, 1) << "the link names its worker slot";
+  EXPECT_EQ(rec_.results[0].batch.slab, 5u);
+  EXPECT_EQ(rec_.events, (std::vector<std::string>{"finished 7"}));
+  stage_.outcome = WorkerStage::Outcome::Dry;
+  caf::anon_send(link, result(9, -1));
+  sched_.run();
+  EXPECT_EQ(rec_.events, (std::vector<std::string>{"finished 7", "skip 9", "dry 1 9"}));
+  stage_.outcome = WorkerStage::Outcome::None;  // a Need answered with a larger slab
+  caf::anon_send(link, result(11, -1));
+  sched_.run();
+  EXPECT_EQ(rec_.results.size(), 1u);
+  EXPECT_EQ(rec_.events.size(), 3u);
+  EXPECT_TRUE(stage_.failures.empty());
+}
+
+TEST_F(StageActorTest, ThePinActorHandsOverWhatItReceivesInOrder) {
+  Handoff handoff;
+  auto pin = keep(spawn_pin_actor(sys_, &handoff, nullptr, &stage_));
+  result_msg error = result(4, 0);
+  error.batch.kind = WorkerReply::Kind::Error;
+  error.batch.error_type = "ValueError";
+  caf::anon_send(pin, result(3, 1, "three"));
+  caf::anon_send(pin, error);
+  EXPECT_TRUE(handoff.empty()) << "nothing runs before the scheduler does";
+  sched_.run();
+  ASSERT_EQ(handoff.size(), 2u);
+  EXPECT_EQ(handoff.front_task(), 3u);
+  auto first = handoff.take();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->result.batch.payload, "three");
+  EXPECT_FALSE(first->pinned) << "no slab store: nothing is page-locked";
+  auto second = handoff.take();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->result.batch.error_type, "ValueError");
+  EXPECT_EQ(handoff.taken(), 2u);
+}
+
+}  // namespace
+}  // namespace loader::runtime
