@@ -45,7 +45,7 @@ result_msg result(uint64_t task, int worker, const std::string& payload = "") {
 struct Recorded {
   std::vector<task_msg> tasks[2];       ///< per task sink
   std::vector<result_msg> results;      ///< to the reorder or the pin stage
-  std::vector<std::string> events;      ///< "finished 3", "dry 1 4", "skip 4", "credit 0", ...
+  std::vector<std::string> events;      ///< "dry 1 4", "skip 4", "credit 0 3", ...
 };
 
 // Spawned with an argument each (CAF 0.17 binds a reference to a null tuple for a
@@ -64,8 +64,9 @@ reorder_actor::behavior_type recording_reorder(reorder_actor::pointer, Recorded*
 }
 sampler_actor::behavior_type recording_sampler(sampler_actor::pointer, Recorded* out) {
   return {
-      [out](credit_atom, int32_t w) { out->events.push_back("credit " + std::to_string(w)); },
-      [out](finished_atom, uint64_t t) { out->events.push_back("finished " + std::to_string(t)); },
+      [out](credit_atom, int32_t w, uint64_t t) {
+        out->events.push_back("credit " + std::to_string(w) + " " + std::to_string(t));
+      },
       [out](dry_atom, int32_t w, uint64_t t) {
         out->events.push_back("dry " + std::to_string(w) + " " + std::to_string(t));
       },
@@ -181,17 +182,16 @@ TEST_F(SamplerActorTest, StopsAtItsCreditsAndResumesOnEachReturnedOne) {
   EXPECT_EQ(rec_.tasks[0][1].task_idx, 2u);
   EXPECT_EQ(rec_.tasks[1][0].task_idx, 1u);
   EXPECT_EQ(rec_.tasks[0][1].indices, (std::vector<int64_t>{6, 7, 8}));
-  caf::anon_send(sampler_, finished_atom::value, uint64_t{0});
-  sched_.run();
-  EXPECT_EQ(sent(), 4u) << "a finished task is no credit: only its consumption is";
+  EXPECT_EQ(stage_sampler_.dispatcher().worker_of(0), 0) << "task 0 is not done before its result is taken";
   for (size_t credits = 1; credits <= 6; ++credits) {
-    caf::anon_send(sampler_, credit_atom::value, int32_t{0});
+    caf::anon_send(sampler_, credit_atom::value, int32_t{0}, uint64_t{credits - 1});
     sched_.run();
     EXPECT_EQ(sent(), 4u + credits) << "one task per credit";
   }
   ASSERT_EQ(sent(), 10u);
+  EXPECT_EQ(stage_sampler_.dispatcher().worker_of(0), -1) << "taken: done";
   EXPECT_FALSE(stage_sampler_.total().has_value()) << "the sampler was not asked past its end yet";
-  caf::anon_send(sampler_, credit_atom::value, int32_t{1});
+  caf::anon_send(sampler_, credit_atom::value, int32_t{1}, uint64_t{6});
   sched_.run();
   EXPECT_EQ(sent(), 10u);
   ASSERT_TRUE(stage_sampler_.total().has_value());
@@ -227,29 +227,35 @@ TEST_F(SamplerActorTest, ASamplerThatThrowsHaltsAndSaysWhy) {
   EXPECT_NE(stage_sampler_.failure()->second.find("the sampler failed: no more indices today"), std::string::npos);
 }
 
-TEST_F(StageActorTest, ALinkTakesTasksToItsWorkerAndResultsOnToTheReorderStage) {
+TEST_F(StageActorTest, ALinkTakesTasksToItsWorkerAtOnceAndResultsOnToTheReorderStage) {
   auto sampler = keep(sys_.spawn(recording_sampler, &rec_));
   auto reorder = keep(sys_.spawn(recording_reorder, &rec_));
-  auto link = keep(spawn_link_actor(sys_, 1, &stage_, sampler, reorder));
+  task_sink link = make_link_actor(sys_, 1, &stage_, sampler, reorder);
   caf::anon_send(link, task_msg{7, {1, 2}, 0});
-  sched_.run();
-  EXPECT_EQ(stage_.taken, (std::vector<std::string>{"worker 1 task 7"}));
-  caf::anon_send(link, result(7, -1));
+  EXPECT_EQ(stage_.taken, (std::vector<std::string>{"worker 1 task 7"}))
+      << "a proxy: the task went to the transport on the sender's thread, no activation";
+  link_proxy(link)->deliver(result(7, -1), nullptr);
   sched_.run();
   ASSERT_EQ(rec_.results.size(), 1u);
   EXPECT_EQ(rec_.results[0].worker, 1) << "the link names its worker slot";
   EXPECT_EQ(rec_.results[0].batch.slab, 5u);
-  EXPECT_EQ(rec_.events, (std::vector<std::string>{"finished 7"}));
+  EXPECT_TRUE(rec_.events.empty()) << "the sampler hears of task 7 when it is taken";
   stage_.outcome = WorkerStage::Outcome::Dry;
-  caf::anon_send(link, result(9, -1));
+  link_proxy(link)->deliver(result(9, -1), nullptr);
   sched_.run();
-  EXPECT_EQ(rec_.events, (std::vector<std::string>{"finished 7", "skip 9", "dry 1 9"}));
+  EXPECT_EQ(rec_.events, (std::vector<std::string>{"skip 9", "dry 1 9"}));
   stage_.outcome = WorkerStage::Outcome::None;  // a Need answered with a larger slab
-  caf::anon_send(link, result(11, -1));
+  link_proxy(link)->deliver(result(11, -1), nullptr);
   sched_.run();
   EXPECT_EQ(rec_.results.size(), 1u);
-  EXPECT_EQ(rec_.events.size(), 3u);
+  EXPECT_EQ(rec_.events.size(), 2u);
   EXPECT_TRUE(stage_.failures.empty());
+  caf::anon_send(caf::actor_cast<caf::actor>(link), std::string("not a task"));
+  ASSERT_EQ(stage_.failures.size(), 1u);
+  EXPECT_NE(stage_.failures[0].find("the link actor of DataLoader worker 1 was sent a message it does not take"),
+            std::string::npos)
+      << stage_.failures[0];
+  link_proxy(link)->kill_proxy(nullptr, caf::exit_reason::user_shutdown);
 }
 
 TEST_F(StageActorTest, ThePinActorHandsOverWhatItReceivesInOrder) {

@@ -547,7 +547,7 @@ size_t Pipeline::drain_rings_locked(bool& flush_needed, int only) {
         ++taken;
         WorkerReply r = decode_reply(static_cast<uint8_t>(f.type), f.body);
         const uint64_t task = r.task;
-        stages_->send(stages_->link(w), result_msg{task, std::move(r), w});
+        stages_->deliver(w, result_msg{task, std::move(r), w});
       }
     } catch (const std::exception& e) {
       worker_failed_locked(w, "RuntimeError", "DataLoader worker " + std::to_string(w) +
@@ -557,7 +557,7 @@ size_t Pipeline::drain_rings_locked(bool& flush_needed, int only) {
     }
   }
   if (taken > 0) {
-    run_stages_locked();  // link -> reorder -> pin, and the sampler hears what finished
+    run_stages_locked();  // link -> reorder -> pin
     if (!flush_needed)
       for (const auto& s : slots_)
         if (!s->outbox.empty()) flush_needed = true;
@@ -586,7 +586,10 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
   bool waited = false;  // this call counted in waits_
   while (true) {
     const uint32_t seen = rings_->doorbell().seq.load(std::memory_order_acquire);  // before the look
-    if (!closed_) drain_rings_locked(flush_needed);
+    // The rings are taken when the handoff has nothing left: then every result the
+    // workers published meanwhile goes through the stages in one run, several messages
+    // per activation of the link, reorder and pin stages instead of one each.
+    if (!closed_ && stages_->handoff().empty()) drain_rings_locked(flush_needed);
     if (epoch != epoch_) return Delivery{};  // ended, or replaced by a newer epoch
     if (fatal_) return *fatal_;
     if (!stages_->sampling().active()) return Delivery{};
@@ -607,7 +610,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
         if (d.worker >= 0 && static_cast<size_t>(d.worker) < slots_.size()) ++slots_[static_cast<size_t>(d.worker)]->delivered;
       }
       // Its credit goes back to the sampler, whose next task goes out at once.
-      stages_->send(stages_->sampler(), credit_atom::value, static_cast<int32_t>(d.worker));
+      stages_->send(stages_->sampler(), credit_atom::value, static_cast<int32_t>(d.worker), d.task);
       run_stages_locked();
       flush_dirty();
       return d;
@@ -776,7 +779,7 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
           // to the link actor, as the rings' results are.
           WorkerReply r = decode_reply(static_cast<uint8_t>(f.type), f.body);
           const uint64_t task = r.task;
-          stages_->send(stages_->link(worker), result_msg{task, std::move(r), worker});
+          stages_->deliver(worker, result_msg{task, std::move(r), worker});
           run_stages_locked();
           dirty = dirty_locked();
           break;

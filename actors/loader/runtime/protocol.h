@@ -148,15 +148,14 @@ using uplink_actor = caf::typed_actor<
 // mailbox messages and no thread hand-off.
 
 /// What the sampler sends tasks to: a worker actor, or whatever stands for one (the
-/// link actor of a worker process or thread; next, a worker on another host).  The
-/// sampler sees nothing else of a worker.
+/// link actor of a worker process or thread, parent/link_actor.h: a proxy that hands
+/// each task to the transport at once; next, a worker on another host).  The sampler
+/// sees nothing else of a worker.
 using task_sink = caf::typed_actor<caf::reacts_to<task_msg>>;
 
-/// application thread (Pipeline::next, a result taken) -> sampler: one credit back,
-/// for a result of `worker`.
+/// application thread (Pipeline::next, the result of `task` from `worker` taken) ->
+/// sampler: the task is done and its credit comes back.
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
-/// link k -> sampler: task `task` was answered (its result goes to the reorder stage).
-using finished_atom = caf::atom_constant<caf::atom("finished")>;
 /// link k -> sampler: worker k's iterable stream ran dry at task `task` (no result:
 /// its credit comes back, the worker gets no more tasks this epoch).
 using dry_atom = caf::atom_constant<caf::atom("dry")>;
@@ -172,17 +171,10 @@ using skip_atom = caf::atom_constant<caf::atom("skip")>;
 /// The sampler stage: TaskSource + TaskDispatcher (credits, PyTorch's round robin,
 /// the in_order=false capacity rule).  It sends `task_msg` to task sinks.
 using sampler_actor = caf::typed_actor<
-    caf::reacts_to<credit_atom, int32_t /*worker*/>,
-    caf::reacts_to<finished_atom, uint64_t /*task*/>,
+    caf::reacts_to<credit_atom, int32_t /*worker*/, uint64_t /*task*/>,
     caf::reacts_to<dry_atom, int32_t /*worker*/, uint64_t /*task*/>,
     caf::reacts_to<retire_atom, int32_t /*worker*/>,
     caf::reacts_to<dispatch_atom, int32_t /*max*/>>;
-
-/// The worker stage as the main process holds it, one per worker slot: takes the
-/// sampler's tasks to its worker (holding each until answered, with a slab, over the
-/// task ring or the socket) and the worker's results back (the result ring, the
-/// socket), which it forwards to the reorder stage.
-using link_actor = caf::typed_actor<caf::reacts_to<task_msg>, caf::reacts_to<result_msg>>;
 
 /// The reorder stage: results leave in task order (in_order) or as they come.
 using reorder_actor = caf::typed_actor<caf::reacts_to<result_msg>, caf::reacts_to<skip_atom, uint64_t /*task*/>>;

@@ -4,57 +4,63 @@
 
 namespace loader::runtime {
 
-namespace {
+LinkProxy::LinkProxy(caf::actor_config& cfg, int worker, WorkerStage* stage, sampler_actor sampler,
+                     reorder_actor reorder)
+    : caf::actor_proxy(cfg),
+      worker_(worker),
+      stage_(stage),
+      sampler_(std::move(sampler)),
+      reorder_(std::move(reorder)),
+      who_("the link actor of DataLoader worker " + std::to_string(worker)) {}
 
-struct LinkState {
-  int worker = -1;
-  WorkerStage* stage = nullptr;
-  sampler_actor sampler;
-  reorder_actor reorder;
-  std::string who;
-  static inline const char* name = "loader.link";
-};
+LinkProxy::~LinkProxy() = default;
 
-using link_pointer = link_actor::stateful_pointer<LinkState>;
-
-link_actor::behavior_type link_behavior(link_pointer self, int worker, WorkerStage* stage, sampler_actor sampler,
-                                        reorder_actor reorder) {
-  auto& st = self->state;
-  st.worker = worker;
-  st.stage = stage;
-  st.sampler = std::move(sampler);
-  st.reorder = std::move(reorder);
-  st.who = "the link actor of DataLoader worker " + std::to_string(worker);
-  return {
-      [self](task_msg& t) {
-        auto& st = self->state;
-        stage_guarded(st.stage, st.who, "a task", [&] { st.stage->take_task(st.worker, t); });
-      },
-      [self](result_msg& r) {
-        auto& st = self->state;
-        stage_guarded(st.stage, st.who, "a result", [&] {
-          const uint64_t task = r.task_idx;
-          switch (st.stage->take_result(st.worker, r)) {
-            case WorkerStage::Outcome::Deliver:
-              self->send(st.reorder, std::move(r));
-              self->send(st.sampler, finished_atom::value, task);
-              break;
-            case WorkerStage::Outcome::Dry:
-              self->send(st.reorder, skip_atom::value, task);
-              self->send(st.sampler, dry_atom::value, static_cast<int32_t>(st.worker), task);
-              break;
-            case WorkerStage::Outcome::None: break;
-          }
-        });
-      },
-  };
+void LinkProxy::enqueue(caf::mailbox_element_ptr what, caf::execution_unit*) {
+  if (!what) return;
+  auto& content = what->content();
+  if (content.match_elements<task_msg>()) {
+    stage_guarded(stage_, who_, "a task",
+                  [&] { stage_->take_task(worker_, content.get_mutable_as<task_msg>(0)); });
+    return;
+  }
+  if (content.match_elements<caf::exit_msg>()) return;  // nothing to end: no mailbox, no thread
+  stage_->stage_failed("DataLoader runtime: " + who_ + " was sent a message it does not take (" +
+                       caf::to_string(content) + ")");
 }
 
-}  // namespace
+void LinkProxy::deliver(result_msg r, caf::execution_unit* context) {
+  stage_guarded(stage_, who_, "a result", [&] {
+    const uint64_t task = r.task_idx;
+    auto send = [&](const auto& dest, auto&&... xs) {
+      if (dest) dest->eq_impl(caf::make_message_id(), caf::strong_actor_ptr{ctrl()}, context, std::forward<decltype(xs)>(xs)...);
+    };
+    switch (stage_->take_result(worker_, r)) {
+      case WorkerStage::Outcome::Deliver: send(reorder_, std::move(r)); break;
+      case WorkerStage::Outcome::Dry:
+        send(reorder_, skip_atom::value, task);
+        send(sampler_, dry_atom::value, static_cast<int32_t>(worker_), task);
+        break;
+      case WorkerStage::Outcome::None: break;
+    }
+  });
+}
 
-link_actor spawn_link_actor(caf::actor_system& sys, int worker, WorkerStage* stage, sampler_actor sampler,
-                            reorder_actor reorder) {
-  return sys.spawn<caf::lazy_init>(link_behavior, worker, stage, std::move(sampler), std::move(reorder));
+void LinkProxy::kill_proxy(caf::execution_unit* context, caf::error reason) {
+  cleanup(std::move(reason), context);
+  sampler_ = nullptr;
+  reorder_ = nullptr;
+}
+
+task_sink make_link_actor(caf::actor_system& sys, int worker, WorkerStage* stage, sampler_actor sampler,
+                          reorder_actor reorder) {
+  caf::actor_config cfg;
+  auto ptr = caf::make_actor<LinkProxy, caf::strong_actor_ptr>(sys.next_actor_id(), sys.node(), &sys, cfg, worker,
+                                                               stage, std::move(sampler), std::move(reorder));
+  return caf::actor_cast<task_sink>(std::move(ptr));
+}
+
+LinkProxy* link_proxy(const task_sink& link) {
+  return static_cast<LinkProxy*>(caf::actor_cast<caf::abstract_actor*>(link));
 }
 
 }  // namespace loader::runtime

@@ -1,19 +1,60 @@
-// The link actor: the worker stage as the main process holds it, one per worker slot,
-// a thin shell over the pipeline's slot of that worker (WorkerStage).  Tasks from the
-// sampler go to the worker (held until answered, with a slab, over the task ring or
-// the socket); results from the worker (taken from the result ring or the socket)
-// go on to the reorder stage, and the sampler hears that the task finished.
+// The link actor: worker k as the main process's stages see it, one per worker slot.
+//
+// It is a CAF actor proxy, as CAF's own stand-in for an actor of another process is:
+// a message sent to it is not queued for an activation of its own but handed at once
+// to the transport under it.  Its typed handle is a `task_sink`: the sampler sends it
+// `task_msg`, which goes straight to the worker stage's logic (WorkerStage::take_task,
+// the pipeline's slot k: held until answered, with a slab, over the task ring or the
+// socket), on the thread that sent it, the strand's.  The other way, the transport
+// hands each result it takes (the result ring, the socket) to deliver(), which lets the
+// worker stage release the task and sends the `result_msg` on to the reorder actor (an
+// iterable that ran dry: `skip` to the reorder actor and `dry` to the sampler), with
+// this proxy as the sender.  So a worker costs the stages no activation of its own,
+// and a worker elsewhere (a CAF proxy of CAF's network layer) fits the same place.
+//
+// Thread use: send to it, and call deliver(), on the strand (the pipeline's lock held).
 #pragma once
 
 #include <caf/all.hpp>
+
+#include <string>
 
 #include "loader/runtime/parent/stage_actors.h"
 #include "loader/runtime/protocol.h"
 
 namespace loader::runtime {
 
-/// Spawned lazily: it runs where its first message is handled.
-link_actor spawn_link_actor(caf::actor_system& sys, int worker, WorkerStage* stage, sampler_actor sampler,
-                            reorder_actor reorder);
+class LinkProxy final : public caf::actor_proxy {
+ public:
+  LinkProxy(caf::actor_config& cfg, int worker, WorkerStage* stage, sampler_actor sampler, reorder_actor reorder);
+  ~LinkProxy() override;
+
+  /// A message to worker k: a `task_msg` goes to WorkerStage::take_task; anything else
+  /// is a fault of the runtime and fails the epoch naming it.
+  void enqueue(caf::mailbox_element_ptr what, caf::execution_unit* context) override;
+  /// A result of worker k, taken from the transport: on to the reorder stage (through
+  /// `context`: the strand's executor, or nullptr for the system's scheduler).
+  void deliver(result_msg r, caf::execution_unit* context);
+
+  bool add_backlink(caf::abstract_actor*) override { return false; }
+  bool remove_backlink(caf::abstract_actor*) override { return false; }
+  void kill_proxy(caf::execution_unit* context, caf::error reason) override;
+  const char* name() const override { return "loader.link"; }
+
+ private:
+  int worker_;
+  WorkerStage* stage_;
+  sampler_actor sampler_;
+  reorder_actor reorder_;
+  std::string who_;
+};
+
+/// Makes the link of worker slot `worker` (no thread, no mailbox: it ends with its last
+/// handle, or kill_proxy).
+task_sink make_link_actor(caf::actor_system& sys, int worker, WorkerStage* stage, sampler_actor sampler,
+                          reorder_actor reorder);
+
+/// The proxy behind a handle make_link_actor returned.
+LinkProxy* link_proxy(const task_sink& link);
 
 }  // namespace loader::runtime

@@ -35,16 +35,12 @@ sampler_actor::behavior_type sampler_behavior(sampler_pointer self, SamplerStage
   self->state.failures = failures;
   const std::string who = "the sampler actor";
   return {
-      [self, who](credit_atom, int32_t worker) {
+      [self, who](credit_atom, int32_t worker, uint64_t task) {
         stage_guarded(self->state.failures, who, "a credit", [&] {
           if (!self->state.stage->active()) return;
+          self->state.stage->dispatcher().on_finished(task);
           self->state.stage->dispatcher().on_delivered(worker);
           pump(self, -1);
-        });
-      },
-      [self, who](finished_atom, uint64_t task) {
-        stage_guarded(self->state.failures, who, "a finished task", [&] {
-          if (self->state.stage->active()) self->state.stage->dispatcher().on_finished(task);
         });
       },
       [self, who](dry_atom, int32_t worker, uint64_t task) {

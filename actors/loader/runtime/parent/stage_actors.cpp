@@ -13,11 +13,12 @@ StageActors::StageActors(caf::actor_system& sys, int workers, WorkerStage& stage
   // sampler's task sinks are the links, spawned after it (they tell it what finished).
   pin_ = spawn_pin_actor(sys, &handoff_, std::move(slabs), &stage);
   reorder_ = spawn_reorder_actor(sys, &reordering_, pin_, &stage);
-  sampler_ = spawn_sampler_actor(sys, &sampling_, &sinks_, &stage);
-  for (int w = 0; w < workers; ++w) {
-    links_.push_back(spawn_link_actor(sys, w, &stage, sampler_, reorder_));
-    sinks_.push_back(links_.back());
-  }
+  sampler_ = spawn_sampler_actor(sys, &sampling_, &links_, &stage);
+  for (int w = 0; w < workers; ++w) links_.push_back(make_link_actor(sys, w, &stage, sampler_, reorder_));
+}
+
+void StageActors::deliver(int worker, result_msg r) {
+  link_proxy(links_[static_cast<size_t>(worker)])->deliver(std::move(r), &exec_);
 }
 
 StageActors::~StageActors() { stop(); }
@@ -40,15 +41,14 @@ void StageActors::stop() {
   // Exit messages through the strand: every actor ends here, before the stages'
   // plain classes (members of this object) go.  They hold each other's handles, so
   // none would end by itself.
+  for (const auto& l : links_) link_proxy(l)->kill_proxy(&exec_, caf::exit_reason::user_shutdown);
   std::vector<caf::abstract_actor*> actors{caf::actor_cast<caf::abstract_actor*>(sampler_),
                                            caf::actor_cast<caf::abstract_actor*>(reorder_),
                                            caf::actor_cast<caf::abstract_actor*>(pin_)};
-  for (const auto& l : links_) actors.push_back(caf::actor_cast<caf::abstract_actor*>(l));
   for (caf::abstract_actor* a : actors)
     if (a) a->eq_impl(caf::make_message_id(), nullptr, &exec_, caf::exit_msg{a->address(), caf::exit_reason::user_shutdown});
   running_ = false;
   exec_.run();
-  sinks_.clear();
   links_.clear();
   sampler_ = nullptr;
   reorder_ = nullptr;

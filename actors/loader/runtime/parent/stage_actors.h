@@ -2,13 +2,14 @@
 //
 //   sampler --task_msg--> link k --(task ring / socket)--> worker actor k
 //   worker actor k --(result ring / socket)--> link k --result_msg--> reorder
-//   link k --finished / dry--> sampler          reorder --result_msg--> pin
+//   link k --dry--> sampler                     reorder --result_msg--> pin
 //   pin --> Handoff --> application thread (Pipeline::next) --credit--> sampler
 //
 // Each actor is a thin shell over a plain class: the sampler over SamplerStage, each
 // link over the pipeline's worker slots (WorkerStage, implemented by Pipeline), the
 // reorder actor over a ReorderBuffer, the pin actor over a Handoff.  They share no
-// state: what one stage tells another is a message.
+// state: what one stage tells another is a message.  The links are actor proxies
+// (link_actor.h): a task sent to one goes to its transport at once, no activation.
 //
 // The strand: all of them are spawned lazily and only ever receive messages through
 // one InlineExecutor, which whoever holds the pipeline's lock runs (the application
@@ -77,7 +78,8 @@ class StageActors {
   void stop();
 
   const sampler_actor& sampler() const { return sampler_; }
-  const link_actor& link(int worker) const { return links_[static_cast<size_t>(worker)]; }
+  /// A result of `worker`, taken from the transport: to its link, which passes it on.
+  void deliver(int worker, result_msg r);
 
   SamplerStage& sampling() { return sampling_; }
   const SamplerStage& sampling() const { return sampling_; }
@@ -95,8 +97,7 @@ class StageActors {
   ReorderBuffer<result_msg> reordering_;
   Handoff handoff_;
   sampler_actor sampler_;
-  std::vector<link_actor> links_;
-  std::vector<task_sink> sinks_;  ///< the links, as the sampler sees them
+  std::vector<task_sink> links_;  ///< worker k's link at [k], as the sampler sees them
   reorder_actor reorder_;
   pin_actor pin_;
 };

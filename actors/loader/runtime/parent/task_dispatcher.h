@@ -41,7 +41,7 @@ class TaskDispatcher {
   void on_delivered(int worker = -1);
   /// `worker` will get no more tasks (its iterable ran dry, or it died for good).
   void deactivate(int worker);
-  /// A task finished at its worker (result or error received).
+  /// A task is done: its result was taken by the application (or it produced none).
   void on_finished(uint64_t task);
 
   int active_workers() const { return static_cast<int>(active_.size()); }
@@ -49,7 +49,8 @@ class TaskDispatcher {
   uint64_t in_flight() const { return sent_ - delivered_; }
   uint64_t max_in_flight() const { return max_in_flight_; }
   uint64_t next_task() const { return next_task_; }
-  /// Tasks sent to `worker` whose results have not arrived yet, in task order.
+  /// Tasks sent to `worker` and not done yet (computing, or their results waiting to
+  /// be taken), in task order.
   std::vector<uint64_t> unfinished_tasks_of(int worker) const;
   /// The worker task `task` was assigned to, or -1.
   int worker_of(uint64_t task) const;
