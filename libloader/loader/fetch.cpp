@@ -143,14 +143,27 @@ std::optional<IndexBatch> TaskSource::pull() {
   return out;
 }
 
+uint64_t TaskSource::skip(uint64_t k) {
+  if (ended_ || k == 0) return 0;
+  const size_t got = batches_ ? batches_->skip(static_cast<size_t>(k)) : indices_->skip(static_cast<size_t>(k));
+  if (got < k) ended_ = true;
+  return got;
+}
+
 void TaskSource::fast_forward(uint64_t consumed, uint64_t pulled, bool exhausted) {
-  for (uint64_t k = 0; k < pulled; ++k) {
+  auto fewer = [pulled](uint64_t k) {
+    return ValueError("cannot resume the epoch: the checkpoint says its sampler had given " + std::to_string(pulled) +
+                      " batches, but this loader's sampler gives only " + std::to_string(k) +
+                      " (load the checkpoint into a DataLoader over the same dataset, sampler and batch size)");
+  };
+  // The consumed tasks are skipped (Cursor::skip: the sampler's draws without the index
+  // lists), the ones in flight at the checkpoint pulled again, to go out first.
+  const uint64_t skipped = skip(consumed);
+  if (skipped < consumed) throw fewer(skipped);
+  for (uint64_t k = consumed; k < pulled; ++k) {
     auto b = pull();
-    if (!b)
-      throw ValueError("cannot resume the epoch: the checkpoint says its sampler had given " + std::to_string(pulled) +
-                       " batches, but this loader's sampler gives only " + std::to_string(k) +
-                       " (load the checkpoint into a DataLoader over the same dataset, sampler and batch size)");
-    if (k >= consumed) pending_.push_back(std::move(*b));
+    if (!b) throw fewer(k);
+    pending_.push_back(std::move(*b));
   }
   if (exhausted && pull())
     throw ValueError("cannot resume the epoch: the checkpoint says its sampler had run out after " +

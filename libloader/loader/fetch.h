@@ -66,9 +66,10 @@ class TaskSource {
   TaskSource(std::shared_ptr<BatchSamplerBase> batch_sampler, std::shared_ptr<Sampler> sampler);
   /// Indices of the next task, or nullopt when the pass is over.
   std::optional<IndexBatch> next();
-  /// Resuming a pass from a checkpoint (DataLoader::load_state_dict): takes the first
-  /// `pulled` tasks now, so that the sampler makes the draws it had made for them,
-  /// drops the first `consumed` of them and gives the others first.  Throws ValueError
+  /// Resuming a pass from a checkpoint (DataLoader::load_state_dict): skips the first
+  /// `consumed` tasks (Cursor::skip: the sampler makes the draws it had made for them
+  /// without building their index lists) and takes the next `pulled - consumed` now, to
+  /// give them first.  Throws ValueError
   /// when the pass has fewer than `pulled` tasks.  `exhausted`: the checkpointed pass had
   /// also been asked for a task after its last one; it is asked now too, so that the
   /// draws a sampler makes as its pass ends (RandomSampler's trailing randperm) are made
@@ -78,6 +79,7 @@ class TaskSource {
 
  private:
   std::optional<IndexBatch> pull();  ///< the sampler's next task (none once it ran out)
+  uint64_t skip(uint64_t k);         ///< drops the sampler's next k tasks; how many it had
   std::deque<IndexBatch> pending_;
   bool ended_ = false;  ///< the sampler ran out: it is not asked again
   std::unique_ptr<Cursor<IndexBatch>> batches_;

@@ -676,7 +676,7 @@ void expect_resume_identical(const std::function<std::unique_ptr<DataLoader>()>&
 TEST(CheckpointLoader, SamplersWithTheirOwnGeneratorsAreResumedToo) {
   // Each sampler's own random stream (random_streams()) is saved and replayed: a
   // class-balanced batch sampler's PythonRandom, whose stream runs on across epochs,
-  // and a weighted sampler's Generator, both drawing once per epoch.
+  // a weighted sampler's Generator and an index shuffle's, all drawing once per epoch.
   std::vector<std::vector<int64_t>> labels;
   for (int64_t i = 0; i < 60; ++i) labels.push_back({i % 3});
   for (int workers : {0, 2}) {
@@ -705,6 +705,18 @@ TEST(CheckpointLoader, SamplersWithTheirOwnGeneratorsAreResumedToo) {
           return std::make_unique<DataLoader>(random_draws(60), o);
         },
         5);
+    // A keyed shuffle: its resumed pass jumps to the position (Cursor::skip) after
+    // drawing the epoch's key from its generator.
+    expect_resume_identical(
+        [&] {
+          DataLoaderOptions o;
+          o.num_workers = workers;
+          o.batch_size = 4;
+          o.timeout = 60;
+          o.sampler = std::make_shared<IndexShuffleSampler>(60, uint64_t{3});
+          return std::make_unique<DataLoader>(random_draws(60), o);
+        },
+        6);
   }
 }
 
