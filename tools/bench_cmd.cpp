@@ -4,6 +4,7 @@
 //   loader bench --workload W2 --workers 2                 # 3 epochs, N = 20,000
 //   loader bench --workload W1 --workers 2 --verify        # + checksum of every byte, in order
 //   loader bench --workload W4 --workers 2 --persistent --epochs 4
+//   loader bench --workload W1 --n 1000000 --epochs 1 --checkpoint --checkpoint-at 0.99 [--sampler index-shuffle]
 //   loader bench --memcpy                                  # this machine's copy bandwidth
 //
 // The consumer does what WORKLOADS.md says and nothing more: it adds labels.sum()
@@ -33,6 +34,7 @@
 #include "command.h"
 #include "loader/dataloader.h"
 #include "loader/error.h"
+#include "loader/samplers.h"
 #include "loader/serialization/pt.h"
 #include "proc_tree.h"
 
@@ -201,6 +203,8 @@ struct BenchOptions {
   std::optional<int64_t> epochs, n, batch_size, prefetch_factor;  // defaults by workload and --quick
   bool persistent = false, pin_memory = false, in_order = false, no_in_order = false;
   bool quick = false, verify = false, checkpoint = false;
+  double checkpoint_at = 0.5;  // --checkpoint: the share of the epoch's batches consumed before it
+  std::string sampler = "random";  // map-style workloads: random (RandomSampler) or index-shuffle
   int64_t max_worker_restarts = 0;
   double timeout = 0;
   bool memcpy = false;
@@ -230,14 +234,17 @@ int run_memcpy(const BenchOptions& o) {
 }
 
 // ------------------------------------------------------------------ checkpoints
-/// --checkpoint: what a mid-epoch checkpoint costs.  One epoch is stopped halfway:
-/// Iterator::state_dict() is timed, the dict written with pt::save_bytes; the rest of
-/// the epoch is checksummed.  A new loader then loads the checkpoint and resumes:
-/// load_state_dict + iter() + the first batch are timed (the replay of the sampler and,
-/// without persistent workers' pool, the workers' start; for W4, an IterableDataset, the
-/// epoch's first half run again), and the rest of the epoch must have the same checksum.
-int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int64_t batches, const std::string& tag) {
-  const int64_t half = batches / 2;
+/// --checkpoint: what a mid-epoch checkpoint costs.  One epoch is stopped after the share
+/// `at` of its batches (--checkpoint-at, default half-way): Iterator::state_dict() is
+/// timed, the dict written with pt::save_bytes; the rest of the epoch is checksummed.  A
+/// new loader then loads the checkpoint and resumes: load_state_dict + iter() + the first
+/// batch are timed (the replay of the sampler and, without persistent workers' pool, the
+/// workers' start; for W4, an IterableDataset, the epoch's first part run again), and the
+/// rest of the epoch must have the same checksum.
+int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int64_t batches, double at,
+                   const std::string& tag) {
+  const int64_t half = std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(batches) * at), 1,
+                                           std::max<int64_t>(batches - 1, 1));
   std::string bytes;
   double state_s = 0, save_s = 0;
   uint64_t rest_sum = 0;
@@ -273,6 +280,7 @@ int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int
   }
   Json j;
   j["checkpoint"] = tag;
+  j["checkpoint_at"] = at;
   j["batches_before"] = half;
   j["state_dict_s"] = state_s;
   j["save_bytes_s"] = save_s;
@@ -317,6 +325,13 @@ int run_bench(const BenchOptions& o) {
   if (workers < 0) throw UsageError("--workers must be >= 0");
   if (epochs <= 0) throw UsageError("--epochs must be positive");
   if (n <= 0 || b <= 0) throw UsageError("--n and --batch-size must be positive");
+  if (!(o.checkpoint_at > 0 && o.checkpoint_at < 1))
+    throw UsageError("--checkpoint-at must be a share of the epoch strictly between 0 and 1, got " +
+                     std::to_string(o.checkpoint_at));
+  if (o.sampler != "random" && o.sampler != "index-shuffle")
+    throw UsageError("--sampler must be random or index-shuffle, got '" + o.sampler + "'");
+  if (wl.iterable && o.sampler != "random")
+    throw UsageError(std::string("--sampler: ") + wl.name + " is an IterableDataset, which has no sampler");
   if (wl.iterable ? (variant != "gen" && variant != "batched") : (variant != "gen" && variant != "tensor"))
     throw UsageError(std::string("--variant for ") + wl.name + " must be " +
                      (wl.iterable ? "gen or batched" : "tensor or gen"));
@@ -324,7 +339,7 @@ int run_bench(const BenchOptions& o) {
   bench::ProcessTreeSampler mem;  // the system-wide baseline is taken here, before the dataset
   mem.start();
   const std::string tag = std::string(wl.name) + "/" + variant + "/w" + std::to_string(workers) +
-                          (persistent ? "/persistent" : "");
+                          (persistent ? "/persistent" : "") + (o.sampler != "random" ? "/" + o.sampler : "");
 
   // ---- the dataset (materialisation is not timed)
   auto t_setup = Clock::now();
@@ -345,8 +360,9 @@ int run_bench(const BenchOptions& o) {
   if (batched_iterable) opts.batch_size = std::nullopt;
   else opts.batch_size = b;
   if (!wl.iterable) {
-    opts.shuffle = true;
     opts.generator = std::make_shared<Generator>(0);  // same order for any number of workers
+    if (o.sampler == "index-shuffle") opts.sampler = std::make_shared<IndexShuffleSampler>(map_ds, uint64_t{0});
+    else opts.shuffle = true;
   }
   opts.num_workers = workers;
   if (o.prefetch_factor) opts.prefetch_factor = static_cast<int>(*o.prefetch_factor);
@@ -456,6 +472,7 @@ int run_bench(const BenchOptions& o) {
     }
     j["n"] = n;
     j["batch_size"] = b;
+    if (!wl.iterable) j["sampler"] = o.sampler;
     j["prefetch_factor"] = workers > 0 ? opts.effective_prefetch_factor() : 0;
     j["persistent"] = persistent;
     j["in_order"] = opts.in_order;
@@ -494,7 +511,7 @@ int run_bench(const BenchOptions& o) {
     auto make = [&]() {
       return wl.iterable ? std::make_unique<DataLoader>(iter_ds, opts) : std::make_unique<DataLoader>(map_ds, opts);
     };
-    status = run_checkpoint(make, want_batches, tag);
+    status = run_checkpoint(make, want_batches, o.checkpoint_at, tag);
   }
   mem.stop();
   return status;
@@ -520,9 +537,15 @@ void add_bench_command(CLI::App& app) {
   in_order->excludes(no_in_order);
   cmd->add_flag("--quick", o->quick, "a small N and 2 epochs");
   cmd->add_flag("--verify", o->verify, "also checksum every byte of every batch (timings not comparable)");
-  cmd->add_flag("--checkpoint", o->checkpoint,
+  auto* checkpoint = cmd->add_flag("--checkpoint", o->checkpoint,
                 "then time a mid-epoch checkpoint (state_dict) and its resume in a new loader, checking that the "
                 "resumed batches are the same bytes (W4, an IterableDataset, resumes by running its epoch again)");
+  cmd->add_option("--checkpoint-at", o->checkpoint_at,
+                  "--checkpoint: the share of the epoch's batches consumed before it, 0 < F < 1 (default 0.5)")
+      ->needs(checkpoint);
+  cmd->add_option("--sampler", o->sampler,
+                  "W1-W3: random (RandomSampler, PyTorch's order; default) or index-shuffle (IndexShuffleSampler: "
+                  "O(1) resume)");
   cmd->add_option("--max-worker-restarts", o->max_worker_restarts, "max_worker_restarts (default 0)")->check(kInt64);
   cmd->add_option("--timeout", o->timeout, "timeout in seconds (default 0: none)");
   auto* memcpy = cmd->add_flag("--memcpy", o->memcpy, "measure this machine's copy bandwidth instead");

@@ -2,6 +2,7 @@
 // of random_split as JSON, to compare with PyTorch from a shell:
 //
 //   loader sampler random --n 10 --seed 0 --epochs 2     {"epochs":[[4,1,7,...],[...]]}
+//   loader sampler index-shuffle --n 10 --seed 0         IndexShuffleSampler (loader's own order)
 //   loader split --n 10 --lengths 0.3,0.7 --seed 1       {"splits":[[...],[...]]}
 //   loader sampler equibatch --labels labels.json --batch-size 4 --balanced-coef 12 --seed 0
 //                                                        {"epochs":[[[5,0,7,2],...]]}
@@ -98,6 +99,19 @@ int run_random(const RandomOptions& o) {
   check_epochs(o.epochs);
   auto generator = seeded_generator(o.seed);
   auto sampler = rejecting_bad_values([&] { return RandomSampler(o.n, o.replacement, o.num_samples, generator); });
+  return print_epochs(sampler, o.epochs);
+}
+
+struct IndexShuffleOptions {
+  int64_t n = 0;
+  std::string seed;
+  int64_t epochs = 1;
+};
+
+int run_index_shuffle(const IndexShuffleOptions& o) {
+  check_epochs(o.epochs);
+  auto generator = seeded_generator(o.seed);
+  auto sampler = rejecting_bad_values([&] { return IndexShuffleSampler(o.n, generator); });
   return print_epochs(sampler, o.epochs);
 }
 
@@ -277,6 +291,15 @@ void add_sampler_commands(CLI::App& app) {
     cmd->add_option("--num-samples", o->num_samples, "samples per epoch (default N)")->check(kInt64);
     add_epochs(cmd, o->epochs);
     on_run(cmd, [o] { return run_random(*o); });
+  }
+  {
+    auto* cmd = sampler->add_subcommand(
+        "index-shuffle", "IndexShuffleSampler(range(N), generator): a keyed bijection, O(1) per index (not PyTorch's)");
+    auto o = std::make_shared<IndexShuffleOptions>();
+    cmd->add_option("--n", o->n, "dataset length")->check(kInt64)->required();
+    add_seed(cmd, o->seed);
+    add_epochs(cmd, o->epochs);
+    on_run(cmd, [o] { return run_index_shuffle(*o); });
   }
   {
     auto* cmd = sampler->add_subcommand("subset", "SubsetRandomSampler(indices, generator)");

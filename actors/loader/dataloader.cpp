@@ -1,6 +1,9 @@
 #include "loader/dataloader.h"
 
 #include <chrono>
+#include <cstring>
+#include <cxxabi.h>
+#include <typeinfo>
 
 #include "loader/cuda_copy.h"
 #include "loader/error.h"
@@ -20,6 +23,63 @@ CollateFn LoaderState::collate() const {
 Generator& LoaderState::generator() const {
   return options.generator ? *options.generator : default_generator();
 }
+
+// ------------------------------------------------------------------ verified replay
+namespace {
+/// The type of a sampler, demangled ("loader::RandomSampler").
+template <class T>
+std::string type_name(const T* object) {
+  if (!object) return "";
+  const char* mangled = typeid(*object).name();
+  int status = 0;
+  char* plain = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string out = status == 0 && plain ? plain : mangled;
+  std::free(plain);
+  return out;
+}
+
+/// An IterableDataset's result for the replay's check: each tensor's dtype, shape and
+/// first and last 64 bytes (the bytes between are not read: a checkpoint costs no batch
+/// copy or scan); a batch error counts as one fixed value.
+uint64_t result_hash(const Value* batch) {
+  if (!batch) return 0x6572726f72ULL;  // "error"
+  uint64_t h = 0x726573756c74ULL;
+  bool any = false;
+  batch->for_each_tensor([&](const Tensor& t) {
+    any = true;
+    h = HashChain::chain(h, static_cast<uint64_t>(t.dtype()));
+    h = HashChain::chain(h, static_cast<uint64_t>(t.dim()));
+    for (int64_t d = 0; d < t.dim(); ++d) h = HashChain::chain(h, static_cast<uint64_t>(t.size(d)));
+    Tensor c = t.is_contiguous() ? t : t.contiguous();
+    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+    const size_t n = c.nbytes();
+    auto bytes = [&](size_t from, size_t len) {
+      for (size_t i = 0; i < len; i += 8) {
+        uint64_t w = 0;
+        std::memcpy(&w, p + from + i, std::min<size_t>(8, len - i));
+        h = HashChain::chain(h, w);
+      }
+    };
+    const size_t head = std::min<size_t>(64, n);
+    bytes(0, head);
+    bytes(n - std::min<size_t>(64, n), std::min<size_t>(64, n));
+  });
+  if (!any) {  // a batch without tensors (plain values): its text
+    const std::string text = batch->repr().substr(0, 256);
+    for (char ch : text) h = HashChain::chain(h, static_cast<unsigned char>(ch));
+  }
+  return h;
+}
+
+/// "the checkpoint's sampler was A (batch sampler B), this loader's is C (D)".
+std::string samplers_differ(const ResumePlan& plan, const LoaderState& s) {
+  if (plan.sampler_type.empty() && plan.batch_sampler_type.empty()) return "";
+  return " (the checkpoint's sampler was " + plan.sampler_type + ", batch sampler " +
+         (plan.batch_sampler_type.empty() ? "none" : plan.batch_sampler_type) + "; this loader's is " +
+         type_name(s.sampler.get()) + ", batch sampler " +
+         (s.batch_sampler ? type_name(s.batch_sampler.get()) : std::string("none")) + ")";
+}
+}  // namespace
 
 // ------------------------------------------------------------------ single process
 namespace {
@@ -244,7 +304,17 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
   start.base_seed_drawn = draw;
 
   std::optional<TaskSource> source;
-  if (s.dataset) source.emplace(s.batch_sampler, s.sampler);
+  if (s.dataset) {
+    source.emplace(s.batch_sampler, s.sampler);
+    start.hashes = source->hashes();  // the source moves into the epoch; its hashes stay here too
+  } else {
+    start.hashes = std::make_shared<HashChain>();
+  }
+  ReplayCheck check;
+  if (plan && !plan->finished) {
+    check = plan->check;
+    check.differs = samplers_differ(*plan, s);
+  }
   EpochResume resume;
   uint64_t replay = 0;  // an iterable epoch: batches to take again and drop
   if (plan && !plan->finished && s.iterable) {
@@ -257,7 +327,7 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
     // A sampler that had run out is asked once more now, before the checkpoint's
     // streams are loaded: the draws it makes as its pass ends are in those streams
     // already, and asked again later (at the epoch's end) it draws nothing.
-    if (source) source->fast_forward(plan->consumed, plan->sampled, plan->exhausted);
+    if (source) source->fast_forward(plan->consumed, plan->sampled, plan->exhausted, &check);
     load_streams(streams, plan->streams_now, "the checkpoint");
     start.consumed = plan->consumed;
     start.pending = plan->sampled - plan->consumed;
@@ -280,6 +350,23 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
   else backend = runtime::make_multi_process_epoch(state_, base_seed, std::move(source), std::move(resume));
   Iterator it(std::move(backend), state_, std::move(start));
   it.yielded_ = static_cast<int64_t>(it.start_.consumed);
+  // Each result replayed (a batch error too) is checked where the checkpoint has a mark
+  // (the first 16, then powers of two: the first that differs, or the range it lies in)
+  // and at the last.
+  auto verify = [&](uint64_t count) {
+    if (!check.hash) return;
+    const std::optional<uint64_t> want = count == replay ? check.hash : check.at(count);
+    if (!want || it.start_.hashes->at(count) == want) return;
+    uint64_t low = 0;  // the last mark below `count`, which matched
+    for (const auto& m : check.marks)
+      if (m.first < count) low = std::max(low, m.first);
+    throw ValueError(
+        "DataLoader.load_state_dict: replaying the checkpointed epoch of the IterableDataset, " +
+        (low + 1 == count ? "its result " + std::to_string(count)
+                          : "one of its results " + std::to_string(low + 1) + ".." + std::to_string(count)) +
+        " (counting from 1) differs from the checkpointed iterator's (shapes, dtypes, first and last 64 bytes): the "
+        "dataset's stream is not the one checkpointed (other data, or another dataset)");
+  };
   for (uint64_t k = 0; k < replay; ++k) {
     std::optional<Value> batch;
     try {
@@ -288,6 +375,7 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
       // A batch that failed was given to the checkpointed iterator as this error too;
       // an error that ended the epoch (a worker that died, a timeout) ends the resume.
       if (!it.backend_ || it.backend_->finished()) throw;
+      verify(k + 1);
       continue;
     }
     if (!batch)
@@ -295,6 +383,7 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
                        "ended after " + std::to_string(k) + " batches, where the checkpointed iterator had given out " +
                        std::to_string(replay) +
                        ": the dataset's stream is not the one checkpointed (other data, or another dataset)");
+    verify(k + 1);
   }
   return it;
 }
@@ -429,6 +518,7 @@ ResumePlan DataLoader::Iterator::plan() const {
           "resumes exactly), or in the loader's first epoch, or use persistent_workers=false");
     p.consumed = p.sampled = taken_;
     if (workers > 0) p.worker_rng = *start_.iterable_rng;
+    add_check(p);
     return p;
   }
   EpochPosition pos = backend_ ? backend_->position() : ended_at_ ? *ended_at_ : EpochPosition{};
@@ -446,7 +536,19 @@ ResumePlan DataLoader::Iterator::plan() const {
   // load_state_dict reads one per worker (they start as their Init leaves them).
   if (p.worker_rng.empty()) p.worker_rng.assign(static_cast<size_t>(workers), std::nullopt);
   if (state_->iterable) p.consumed = p.sampled = taken_;  // finished: its batches
+  if (backend_) add_check(p);
   return p;
+}
+
+void DataLoader::Iterator::add_check(ResumePlan& p) const {
+  p.sampler_type = type_name(state_->sampler.get());
+  p.batch_sampler_type = type_name(state_->batch_sampler.get());
+  if (!start_.hashes) return;
+  p.check.hash = start_.hashes->at(p.sampled);
+  if (!p.check.hash) return;  // not known (resumed from a checkpoint without hashes)
+  p.check.marks = start_.hashes->marks(p.sampled);
+  if (p.consumed > 0 && !p.check.at(p.consumed))
+    if (std::optional<uint64_t> h = start_.hashes->at(p.consumed)) p.check.marks.emplace_back(p.consumed, *h);
 }
 
 Value DataLoader::Iterator::state_dict() const {
@@ -468,6 +570,7 @@ std::optional<Value> DataLoader::Iterator::next() {
     batch = backend_->next();
   } catch (...) {
     ++taken_;  // a batch that failed was delivered too (as its error)
+    if (state_->iterable && start_.hashes) start_.hashes->add(result_hash(nullptr));
     throw;
   }
   if (!batch) {
@@ -484,6 +587,7 @@ std::optional<Value> DataLoader::Iterator::next() {
   }
   ++taken_;
   ++yielded_;
+  if (state_->iterable && start_.hashes) start_.hashes->add(result_hash(&*batch));
   if (state_->iterable && len_called_ && yielded_ > *len_called_) {
     warn("Length of IterableDataset " + state_->iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type +
          " was reported to be " + std::to_string(*len_called_) +

@@ -40,6 +40,7 @@ class EpochBackend;  // one pass over the data (single-process or actor runtime)
 class LoaderState;   // what the loader shares with its epochs
 struct EpochPosition;
 struct ResumePlan;
+class HashChain;     // hashes of what an epoch handed out (verified replay)
 
 class DataLoader {
  public:
@@ -102,10 +103,16 @@ class DataLoader {
       /// workers whose streams went on from an earlier epoch).  An iterable epoch is
       /// resumed by replaying it from its start.
       std::optional<std::vector<std::optional<std::string>>> iterable_rng;
+      /// The hashes of the index batches the sampler gave (the TaskSource's), or of the
+      /// results taken from an IterableDataset: a checkpoint carries them, its replay
+      /// checks them.
+      std::shared_ptr<HashChain> hashes;
     };
     Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state, Start start);
     /// Where the epoch stands (a checkpoint without its streams_now).
     ResumePlan plan() const;
+    /// The samplers' types and the hashes of what the epoch handed out, into `p`.
+    void add_check(ResumePlan& p) const;
     /// This iterator goes (destroyed or moved over): if it is the loader's latest, the
     /// loader keeps where it stood.
     void leave_latest() noexcept;

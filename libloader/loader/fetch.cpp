@@ -116,6 +116,70 @@ std::optional<Value> IterableFetcher::fetch(size_t n) {
 
 namespace loader {
 
+namespace {
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+bool is_mark(uint64_t count) { return count <= HashChain::kExact || (count & (count - 1)) == 0; }
+}  // namespace
+
+uint64_t HashChain::chain(uint64_t h, uint64_t item_hash) { return mix64(h ^ mix64(item_hash + 0x9e3779b97f4a7c15ULL)); }
+
+uint64_t HashChain::of_indices(const IndexBatch& indices) {
+  uint64_t h = mix64(indices.size());
+  for (int64_t i : indices) h = (h ^ static_cast<uint64_t>(i)) * 0x100000001b3ULL + 0x9e3779b97f4a7c15ULL;
+  return mix64(h);
+}
+
+void HashChain::add(uint64_t item_hash) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++count_;
+  if (!known_) return;
+  hash_ = chain(hash_, item_hash);
+  if (is_mark(count_)) marks_.emplace_back(count_, hash_);
+  recent_.push_back(hash_);
+  if (recent_.size() > kRecent) recent_.pop_front();
+}
+
+uint64_t HashChain::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return count_;
+}
+
+std::optional<uint64_t> HashChain::at(uint64_t count) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (count == 0) return uint64_t{0};
+  if (count <= count_ && count_ - count < recent_.size())
+    return recent_[recent_.size() - 1 - static_cast<size_t>(count_ - count)];
+  for (const auto& [c, h] : marks_)
+    if (c == count) return h;
+  return std::nullopt;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> HashChain::marks(uint64_t upto) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const auto& m : marks_)
+    if (m.first <= upto) out.push_back(m);
+  return out;
+}
+
+void HashChain::restart_at(uint64_t count, std::optional<uint64_t> hash,
+                           std::vector<std::pair<uint64_t, uint64_t>> marks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  count_ = count;
+  known_ = hash.has_value();
+  hash_ = hash.value_or(0);
+  marks_.clear();
+  recent_.clear();
+  if (!known_) return;
+  for (const auto& m : marks)
+    if (m.first <= count && is_mark(m.first)) marks_.push_back(m);
+  recent_.push_back(hash_);
+}
+
 TaskSource::TaskSource(std::shared_ptr<BatchSamplerBase> batch_sampler, std::shared_ptr<Sampler> sampler) {
   if (batch_sampler) batches_ = batch_sampler->iter();
   else indices_ = sampler->iter();
@@ -140,17 +204,54 @@ std::optional<IndexBatch> TaskSource::pull() {
     out = IndexBatch{*i};
   }
   if (!out) ended_ = true;
+  else hashes_->add(HashChain::of_indices(*out));
   return out;
 }
 
-void TaskSource::fast_forward(uint64_t consumed, uint64_t pulled, bool exhausted) {
-  for (uint64_t k = 0; k < pulled; ++k) {
+uint64_t TaskSource::skip(uint64_t k) {
+  if (ended_ || k == 0) return 0;
+  const size_t got = batches_ ? batches_->skip(static_cast<size_t>(k)) : indices_->skip(static_cast<size_t>(k));
+  if (got < k) ended_ = true;
+  return got;
+}
+
+void TaskSource::fast_forward(uint64_t consumed, uint64_t pulled, bool exhausted, const ReplayCheck* check) {
+  auto fewer = [pulled](uint64_t k) {
+    return ValueError("cannot resume the epoch: the checkpoint says its sampler had given " + std::to_string(pulled) +
+                      " batches, but this loader's sampler gives only " + std::to_string(k) +
+                      " (load the checkpoint into a DataLoader over the same dataset, sampler and batch size)");
+  };
+  if (check && !check->hash) check = nullptr;  // a checkpoint without hashes: not verified
+  auto differs = [&](const std::string& which) {
+    return ValueError("cannot resume the epoch: replaying it, this loader's sampler gives other indices than the "
+                      "checkpointed one in " + which + check->differs +
+                      ": resume with the sampler of the loader checkpointed (the same shuffle, indices, weights "
+                      "and seed)");
+  };
+  // The first batches are built and compared with the checkpoint's marks (they name the
+  // first one that differs); the rest of the consumed ones are skipped (Cursor::skip: the
+  // sampler's draws without the index lists), the ones in flight at the checkpoint pulled
+  // again, to go out first.
+  const uint64_t verified = check ? std::min<uint64_t>(consumed, HashChain::kExact) : 0;
+  for (uint64_t k = 0; k < verified; ++k) {
+    if (!pull()) throw fewer(k);
+    const std::optional<uint64_t> want = check->at(k + 1);
+    if (want && hashes_->at(k + 1) != want) throw differs("its batch " + std::to_string(k + 1) + " (counting from 1)");
+  }
+  const uint64_t skipped = skip(consumed - verified);
+  if (skipped < consumed - verified) throw fewer(verified + skipped);
+  if (verified < consumed)  // the chain goes on from the checkpoint's, where it is known
+    hashes_->restart_at(consumed, check ? check->at(consumed) : std::nullopt, check ? check->marks : decltype(check->marks){});
+  for (uint64_t k = consumed; k < pulled; ++k) {
     auto b = pull();
-    if (!b)
-      throw ValueError("cannot resume the epoch: the checkpoint says its sampler had given " + std::to_string(pulled) +
-                       " batches, but this loader's sampler gives only " + std::to_string(k) +
-                       " (load the checkpoint into a DataLoader over the same dataset, sampler and batch size)");
-    if (k >= consumed) pending_.push_back(std::move(*b));
+    if (!b) throw fewer(k);
+    pending_.push_back(std::move(*b));
+  }
+  if (check && pulled > consumed) {
+    const std::optional<uint64_t> mine = hashes_->at(pulled);
+    if (mine && mine != check->hash)
+      throw differs("one of its batches " + std::to_string(consumed + 1) + ".." + std::to_string(pulled) +
+                    " (those in flight at the checkpoint)");
   }
   if (exhausted && pull())
     throw ValueError("cannot resume the epoch: the checkpoint says its sampler had run out after " +

@@ -193,6 +193,13 @@ void LazyPermutation::take(std::vector<int64_t>& out, size_t m) {
     for (size_t j = 0; j < m; ++j) out.push_back(step(r32_.get()));
 }
 
+void LazyPermutation::skip(size_t m) {
+  if (wide())
+    for (size_t j = 0; j < m; ++j) (void)step(r64_.get());
+  else
+    for (size_t j = 0; j < m; ++j) (void)step(r32_.get());
+}
+
 void LazyPermutation::finish() {
   // No element will be taken any more: the slots go now (to the spare, zeroed).
   r32_.reset();

@@ -92,6 +92,13 @@ class Generator {
     }
   }
 
+  /// Makes `k` random() draws and drops them (what a skipped randperm or randint block
+  /// draws), without tempering each output.
+  void discard(uint64_t k) {
+    settle();
+    engine_.discard(k);
+  }
+
   uint32_t random() {
     settle();
     return static_cast<uint32_t>(engine_());
@@ -173,6 +180,9 @@ class LazyPermutation {
   int64_t next();
   /// Appends the next m elements to `out` (m <= remaining()): m calls of next().
   void take(std::vector<int64_t>& out, size_t m);
+  /// Drops the next m elements (m <= remaining()): m calls of next(), whose swaps the
+  /// elements after them need, without handing the elements out.
+  void skip(size_t m);
   /// Makes the draws the rest of the pass would make (without the swaps) and repays g:
   /// for a caller that stops early (randperm(n)[:k]), so g is not left owing them.  Frees
   /// the slots; remaining() is 0 afterwards.

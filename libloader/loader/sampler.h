@@ -6,7 +6,9 @@
 // draw order matches PyTorch's exactly.
 //
 // Writing your own: derive from `Sampler` (yields indices) or `BatchSamplerBase`
-// (yields lists of indices) and implement `iter()` and, when known, `size()`.
+// (yields lists of indices) and implement `iter()` and, when known, `size()`.  A pass
+// (a Cursor) may also override `skip(k)` when it can drop elements faster than it
+// yields them: a resumed epoch skips the batches its checkpoint had consumed.
 //
 //   class EveryOther : public loader::Sampler {
 //    public:
@@ -47,6 +49,20 @@ class Cursor {
       if (!v) break;
       out.push_back(std::move(*v));
     }
+    return got;
+  }
+  /// Drops the next `k` elements: the same as k calls of next() whose elements are
+  /// dropped (the same draws from the same generators, in the same order, and the same
+  /// state afterwards, so next() then returns what it would have), and returns how many
+  /// it dropped: fewer than k only when the pass ended, and then the call of next() that
+  /// found the end was made too (with the draws a pass makes as it ends).  The default
+  /// pulls and drops; a cursor that can jump (a position in a list, a keyed shuffle) or
+  /// make its draws without building the elements overrides it, since resuming a
+  /// checkpointed epoch skips the tasks it had consumed (TaskSource::fast_forward).
+  virtual size_t skip(size_t k) {
+    size_t got = 0;
+    for (; got < k; ++got)
+      if (!next()) break;
     return got;
   }
 };

@@ -53,6 +53,11 @@ class VectorCursor final : public Cursor<T> {
     pos_ += got;
     return got;
   }
+  size_t skip(size_t k) override {
+    const size_t got = std::min(k, items_->size() - std::min(pos_, items_->size()));
+    pos_ += got;
+    return got;
+  }
 
  private:
   std::shared_ptr<const std::vector<T>> items_;
@@ -101,6 +106,32 @@ class RandomCursor final : public Cursor<int64_t> {
       std::optional<int64_t> v = next();
       if (!v) break;
       out.push_back(*v);
+      ++got;
+    }
+    return got;
+  }
+
+  // Resuming at position p must redo the swaps of randperm before p (the elements after
+  // p depend on them), and nothing else: no element is handed out, and a block skipped
+  // to its end only makes its draws (LazyPermutation::finish, no swaps).
+  size_t skip(size_t k) override {
+    size_t got = 0;
+    while (got < k) {
+      if (!done_ && perm_left_ > 0) {
+        const auto m = static_cast<size_t>(std::min<int64_t>(perm_left_, static_cast<int64_t>(k - got)));
+        perm_left_ -= static_cast<int64_t>(m);
+        if (perm_left_ == 0) perm_->finish();  // what next() does after the block's last element
+        else perm_->skip(m);
+        got += m;
+        continue;
+      }
+      if (!done_ && pos_ < block_.size()) {  // the rest of a block of randint draws
+        const size_t m = std::min(block_.size() - pos_, k - got);
+        pos_ += m;
+        got += m;
+        continue;
+      }
+      if (!next()) break;  // starts the pass or the next block (its draws), or finds the end
       ++got;
     }
     return got;
@@ -227,6 +258,30 @@ class BatchCursor final : public Cursor<IndexBatch> {
     return batch;
   }
 
+  /// k batches are k * batch_size indices of the wrapped pass, skipped without building
+  /// the lists; a pass that ends inside them ends as next() ends it (a last, shorter
+  /// batch counts unless drop_last).
+  size_t skip(size_t k) override {
+    if (done_ || k == 0) return 0;
+    if (!inner_) inner_ = sampler_->iter();
+    const auto b = static_cast<size_t>(batch_size_);
+    size_t got = 0;
+    // In chunks, so that k * batch_size never overflows.
+    const size_t per_call = std::max<size_t>(1, (size_t{1} << 40) / b);
+    while (got < k) {
+      const size_t want = std::min(k - got, per_call);
+      const size_t indices = inner_->skip(want * b);
+      got += indices / b;
+      if (indices < want * b) {
+        done_ = true;
+        inner_.reset();
+        if (indices % b != 0 && !drop_last_) ++got;
+        break;
+      }
+    }
+    return got;
+  }
+
  private:
   std::shared_ptr<Sampler> sampler_;
   int64_t batch_size_;
@@ -266,12 +321,30 @@ int64_t SampleSource::size() const {
 // ------------------------------------------------------------------ SequentialSampler
 SequentialSampler::SequentialSampler(SampleSource source) : source_(std::move(source)) {}
 
+namespace {
+/// range(n): a position, so skip(k) is a jump.
+class RangeCursor final : public Cursor<int64_t> {
+ public:
+  explicit RangeCursor(int64_t n) : n_(n) {}
+  std::optional<int64_t> next() override {
+    if (i_ >= n_) return std::nullopt;
+    return i_++;
+  }
+  size_t skip(size_t k) override {
+    const auto got = static_cast<size_t>(std::min<uint64_t>(k, static_cast<uint64_t>(std::max<int64_t>(n_ - i_, 0))));
+    i_ += static_cast<int64_t>(got);
+    return got;
+  }
+
+ private:
+  int64_t n_;
+  int64_t i_ = 0;
+};
+}  // namespace
+
 std::unique_ptr<Cursor<int64_t>> SequentialSampler::iter() {
   // iter(range(len(data_source))): the length is read now, not lazily.
-  return make_cursor<int64_t>([i = int64_t{0}, n = source_.size()]() mutable -> std::optional<int64_t> {
-    if (i >= n) return std::nullopt;
-    return i++;
-  });
+  return std::make_unique<RangeCursor>(source_.size());
 }
 
 std::optional<int64_t> SequentialSampler::size() const { return source_.size(); }
@@ -309,6 +382,125 @@ std::vector<RandomStream> WeightedRandomSampler::random_streams() const { return
 
 std::unique_ptr<Cursor<int64_t>> RandomSampler::iter() {
   return std::make_unique<RandomCursor>(source_, replacement_, num_samples_, generator_);
+}
+
+// ------------------------------------------------------------------ IndexShuffleSampler
+namespace {
+/// The keyed bijection of [0, n) behind IndexShuffleSampler (see samplers.h).
+class KeyedShuffle {
+ public:
+  KeyedShuffle(uint64_t key, int64_t n) : n_(static_cast<uint64_t>(n)) {
+    int bits = 0;
+    while (bits < 63 && (uint64_t{1} << bits) < n_) ++bits;
+    lo_bits_ = bits / 2;
+    lo_mask_ = (uint64_t{1} << lo_bits_) - 1;
+    hi_mask_ = (uint64_t{1} << (bits - lo_bits_)) - 1;
+    uint64_t state = key;
+    for (auto& k : round_keys_) k = splitmix64(state);
+  }
+
+  /// Position k in [0, n) -> its index: the Feistel permutation of [0, 2^b), applied
+  /// until the value is below n (cycle walking keeps it a bijection of [0, n)).
+  uint64_t at(uint64_t k) const {
+    uint64_t x = k;
+    do x = permute(x);
+    while (x >= n_);
+    return x;
+  }
+
+ private:
+  static constexpr int kRounds = 8;
+
+  /// splitmix64: advances `state` and returns its next output.
+  static uint64_t splitmix64(uint64_t& state) {
+    state += 0x9e3779b97f4a7c15ULL;
+    return mix(state);
+  }
+  /// The splitmix64 finaliser: a bijective 64-bit mix in which every input bit moves every
+  /// output bit.
+  static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+
+  /// Each round XORs one half with a keyed mix of the other, which it leaves as it is:
+  /// invertible whatever the halves' sizes (b odd: the high half is a bit longer).
+  uint64_t permute(uint64_t x) const {
+    uint64_t lo = x & lo_mask_;
+    uint64_t hi = x >> lo_bits_;
+    for (int r = 0; r < kRounds; ++r) {
+      if (r % 2 == 0) lo ^= mix(hi ^ round_keys_[r]) & lo_mask_;
+      else hi ^= mix(lo ^ round_keys_[r]) & hi_mask_;
+    }
+    return (hi << lo_bits_) | lo;
+  }
+
+  uint64_t n_;
+  int lo_bits_ = 0;
+  uint64_t lo_mask_ = 0;
+  uint64_t hi_mask_ = 0;
+  uint64_t round_keys_[kRounds] = {};
+};
+
+/// A pass of IndexShuffleSampler: a key and a position.
+class IndexShuffleCursor final : public Cursor<int64_t> {
+ public:
+  IndexShuffleCursor(SampleSource source, std::shared_ptr<Generator> generator)
+      : source_(std::move(source)), generator_(std::move(generator)) {}
+
+  std::optional<int64_t> next() override {
+    if (!shuffle_) start();
+    if (pos_ >= n_) return std::nullopt;
+    return static_cast<int64_t>(shuffle_->at(static_cast<uint64_t>(pos_++)));
+  }
+  size_t next_many(std::vector<int64_t>& out, size_t k) override {
+    if (k == 0) return 0;
+    if (!shuffle_) start();
+    const auto got = static_cast<size_t>(std::min<uint64_t>(k, static_cast<uint64_t>(n_ - pos_)));
+    const KeyedShuffle& shuffle = *shuffle_;
+    for (size_t j = 0; j < got; ++j) out.push_back(static_cast<int64_t>(shuffle.at(static_cast<uint64_t>(pos_++))));
+    return got;
+  }
+  size_t skip(size_t k) override {
+    if (k == 0) return 0;  // no next() call: no key drawn yet
+    if (!shuffle_) start();
+    const auto got = static_cast<size_t>(std::min<uint64_t>(k, static_cast<uint64_t>(n_ - pos_)));
+    pos_ += static_cast<int64_t>(got);
+    return got;
+  }
+
+ private:
+  void start() {
+    n_ = source_.size();
+    shuffle_.emplace(generator_or_default(generator_).random64(), n_);
+  }
+
+  SampleSource source_;
+  std::shared_ptr<Generator> generator_;
+  std::optional<KeyedShuffle> shuffle_;  // the pass's order, from its first next() or skip()
+  int64_t n_ = 0;
+  int64_t pos_ = 0;
+};
+}  // namespace
+
+IndexShuffleSampler::IndexShuffleSampler(SampleSource source, uint64_t seed)
+    : IndexShuffleSampler(std::move(source), std::make_shared<Generator>(seed)) {}
+
+IndexShuffleSampler::IndexShuffleSampler(SampleSource source, std::shared_ptr<Generator> generator)
+    : source_(std::move(source)), generator_(std::move(generator)) {}
+
+std::unique_ptr<Cursor<int64_t>> IndexShuffleSampler::iter() {
+  return std::make_unique<IndexShuffleCursor>(source_, generator_);
+}
+
+std::vector<RandomStream> IndexShuffleSampler::random_streams() const { return streams_of(generator_); }
+
+int64_t IndexShuffleSampler::index_at(uint64_t key, int64_t n, int64_t k) {
+  if (k < 0 || k >= n)
+    throw ValueError("IndexShuffleSampler::index_at: position " + std::to_string(k) + " is outside [0, " +
+                     std::to_string(n) + ")");
+  return static_cast<int64_t>(KeyedShuffle(key, n).at(static_cast<uint64_t>(k)));
 }
 
 // ------------------------------------------------------------------ SubsetRandomSampler

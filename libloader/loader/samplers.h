@@ -115,6 +115,46 @@ class RandomSampler : public Sampler {
   std::shared_ptr<Generator> generator_;
 };
 
+/// A shuffled order whose k-th index is computed on its own, so that a pass's skip(k) and
+/// each next() cost O(1): a resumed epoch starts at once wherever its checkpoint was taken
+/// (RandomSampler's PyTorch-exact randperm must redo every swap before the position).  Not
+/// one of PyTorch's samplers and not RandomSampler's order: opt in where resume time
+/// matters more than matching PyTorch's indices.
+///
+/// Each pass draws one key, `random64()` of its generator, at its first next() or skip()
+/// (lazily, as RandomSampler draws), and reads the data source's length then.  Its order
+/// is a keyed bijection of [0, n): a Feistel network over [0, 2^b), 2^b the smallest
+/// power of two >= n (8 rounds, each XORing one half with a 64-bit mix of the other half
+/// and a round key derived from the pass's key), with cycle walking: index k of the pass
+/// is the first of F(k), F(F(k)), ... below n (fewer than two steps on average, as
+/// 2^b < 2n).  Every pass (epoch) has its own key, so its own order; the generator is the
+/// sampler's stream (random_streams), saved and replayed by DataLoader checkpoints.
+///
+///   loader::IndexShuffleSampler s(1000000, /*seed=*/7);   // own Generator(7)
+///   auto pass = s.iter();
+///   pass->skip(990000);                                   // O(1)
+///   auto i = pass->next();                                // the pass's 990,000th index
+class IndexShuffleSampler : public Sampler {
+ public:
+  /// Draws its keys from its own Generator(seed).
+  IndexShuffleSampler(SampleSource source, uint64_t seed);
+  /// Draws its keys from `generator`; null: the default generator.
+  IndexShuffleSampler(SampleSource source, std::shared_ptr<Generator> generator);
+
+  std::unique_ptr<Cursor<int64_t>> iter() override;
+  std::optional<int64_t> size() const override { return source_.size(); }
+  std::vector<RandomStream> random_streams() const override;
+  const std::shared_ptr<Generator>& generator() const noexcept { return generator_; }
+
+  /// The index at position k (0 <= k < n) of the order keyed `key` over [0, n).  Throws
+  /// ValueError when k is outside [0, n).
+  static int64_t index_at(uint64_t key, int64_t n, int64_t k);
+
+ private:
+  SampleSource source_;
+  std::shared_ptr<Generator> generator_;
+};
+
 /// SubsetRandomSampler(indices, generator=None): indices[i] for i in randperm(len(indices)).
 /// Unlike RandomSampler, a null generator means the default generator is used directly.
 class SubsetRandomSampler : public Sampler {

@@ -153,6 +153,17 @@ std::vector<std::string> epoch_bytes(DataLoader& dl) {
 /// The checkpoint as a user stores it: pt::save, then pt::load.
 Value through_pt(const Value& state) { return pt::load_bytes(pt::save_bytes(state)); }
 
+/// `state` without the verified replay's entries (a checkpoint of an earlier format 2).
+Value without_hashes(const Value& state) {
+  std::vector<std::pair<Value, Value>> items;
+  for (const auto& [key, value] : state.dict_items()) {
+    const std::string& k = key.to_string();
+    if (k != "sampler_type" && k != "batch_sampler_type" && k != "batches_hash" && k != "batches_hash_at")
+      items.emplace_back(key, value);
+  }
+  return Value::dict(std::move(items));
+}
+
 class Checkpoint : public ::testing::TestWithParam<Config> {};
 
 TEST_P(Checkpoint, AResumedEpochAndTheNextOneAreByteIdenticalToRunningThrough) {
@@ -546,14 +557,18 @@ TEST(CheckpointLoader, AnIterableCheckpointIsRefusedByOtherWorkerSettingsAndByAS
   }
   c.workers = 2;
   {
-    // Another stream, long enough: the replay cannot tell (the checkpoint holds no data);
-    // a stream that ends before the batches given out is refused, and the plan dropped.
+    // A stream that ends before the batches given out is refused, and the plan dropped
+    // (without the checkpoint's hashes: with them, its first result differs already).
     DataLoader dl(random_stream(8), streamed(c));
-    dl.load_state_dict(state);
+    dl.load_state_dict(without_hashes(state));
     const std::string why = error_of([&] { dl.iter(); });
     EXPECT_NE(why.find("its stream ended after 2 batches, where the checkpointed iterator had given out 6"),
               std::string::npos)
         << why;
+    EXPECT_EQ(epoch_bytes(dl).size(), 2u) << "a plain epoch follows";
+    dl.load_state_dict(state);
+    const std::string verified = error_of([&] { dl.iter(); });
+    EXPECT_NE(verified.find("its result 1 (counting from 1) differs"), std::string::npos) << verified;
     EXPECT_EQ(epoch_bytes(dl).size(), 2u) << "a plain epoch follows";
   }
 }
@@ -676,7 +691,7 @@ void expect_resume_identical(const std::function<std::unique_ptr<DataLoader>()>&
 TEST(CheckpointLoader, SamplersWithTheirOwnGeneratorsAreResumedToo) {
   // Each sampler's own random stream (random_streams()) is saved and replayed: a
   // class-balanced batch sampler's PythonRandom, whose stream runs on across epochs,
-  // and a weighted sampler's Generator, both drawing once per epoch.
+  // a weighted sampler's Generator and an index shuffle's, all drawing once per epoch.
   std::vector<std::vector<int64_t>> labels;
   for (int64_t i = 0; i < 60; ++i) labels.push_back({i % 3});
   for (int workers : {0, 2}) {
@@ -705,6 +720,18 @@ TEST(CheckpointLoader, SamplersWithTheirOwnGeneratorsAreResumedToo) {
           return std::make_unique<DataLoader>(random_draws(60), o);
         },
         5);
+    // A keyed shuffle: its resumed pass jumps to the position (Cursor::skip) after
+    // drawing the epoch's key from its generator.
+    expect_resume_identical(
+        [&] {
+          DataLoaderOptions o;
+          o.num_workers = workers;
+          o.batch_size = 4;
+          o.timeout = 60;
+          o.sampler = std::make_shared<IndexShuffleSampler>(60, uint64_t{3});
+          return std::make_unique<DataLoader>(random_draws(60), o);
+        },
+        6);
   }
 }
 
@@ -940,7 +967,7 @@ TEST(CheckpointLoader, ASamplerThatGivesMoreThanTheOneThatHadRunOutIsRefusedAtIt
   longer.shuffle.reset();
   longer.sampler = std::make_shared<Longer>();
   DataLoader lying(random_draws(40), longer);
-  lying.load_state_dict(state);
+  lying.load_state_dict(without_hashes(state));  // unverified: its first batches differ too
   const std::string generator_before = default_generator().state();
   EXPECT_NE(error_of([&] { lying.iter(); }).find("had run out after 10 batches, but this loader's sampler gives more"),
             std::string::npos);
@@ -1014,7 +1041,7 @@ TEST(CheckpointLoader, ACheckpointThatDoesNotFitIsRefusedSayingWhatDiffersAndCha
 
   DataLoader same(random_draws(40), o);
   EXPECT_NE(error_of([&] { same.load_state_dict(Value(3)); }).find("expected the dict"), std::string::npos);
-  Value missing = through_pt(state);
+  Value missing = without_hashes(through_pt(state));  // 'worker_rng' is the last entry before those
   missing.dict_items().pop_back();
   EXPECT_NE(error_of([&] { same.load_state_dict(missing); }).find("no 'worker_rng' entry"), std::string::npos);
   EXPECT_NE(error_of([&] { same.load_state_dict(damaged("worker_rng", Value::list({Value::bytes("x"), Value()}))); })
@@ -1068,7 +1095,7 @@ TEST(CheckpointLoader, ACheckpointThatDoesNotFitIsRefusedSayingWhatDiffersAndCha
     late = it.state_dict();
   }
   DataLoader lying(random_draws(40), short_sampler);
-  lying.load_state_dict(late);
+  lying.load_state_dict(without_hashes(late));  // unverified: its first batches differ too
   const std::string generator_before = default_generator().state();
   EXPECT_NE(error_of([&] { lying.iter(); }).find("gives only 2"), std::string::npos);
   EXPECT_EQ(default_generator().state(), generator_before) << "a failed resume draws nothing";
@@ -1089,8 +1116,8 @@ TEST(CheckpointLoader, OutOfOrderLoadersSayTheyCannotBeCheckpointed) {
 
 // ------------------------------------------------------------------ the checkpoint's format
 /// Where `v` holds what torch 1.13's torch.load(weights_only=True) refuses (Python bytes,
-/// floats) or anything but ints, bools, None, strings (keys), lists, dicts and tensors:
-/// "" when nowhere.
+/// floats) or anything but ints, bools, None, strings, lists, dicts and tensors: "" when
+/// nowhere.
 std::string not_weights_only(const Value& v, const std::string& where = "state") {
   if (v.is_dict()) {
     for (const auto& [key, value] : v.dict_items()) {
@@ -1107,7 +1134,7 @@ std::string not_weights_only(const Value& v, const std::string& where = "state")
     }
     return "";
   }
-  if (v.is_none() || v.is_bool() || v.is_int() || v.is_tensor()) return "";
+  if (v.is_none() || v.is_bool() || v.is_int() || v.is_string() || v.is_tensor()) return "";
   return where + " is a " + v.python_type();
 }
 
@@ -1130,7 +1157,9 @@ Value as_format1(const Value& state) {
   std::vector<std::pair<Value, Value>> items;
   for (const auto& [key, value] : state.dict_items()) {
     const std::string& k = key.to_string();
-    if (k == "sampler_exhausted") continue;
+    if (k == "sampler_exhausted" || k == "sampler_type" || k == "batch_sampler_type" || k == "batches_hash" ||
+        k == "batches_hash_at")
+      continue;
     if (k == "format") {
       items.emplace_back(key, Value("loader.DataLoader.state_dict/1"));
     } else if (k == "streams_at_start" || k == "streams_now" || k == "worker_rng") {
@@ -1395,5 +1424,159 @@ TEST(RngStatePageRing, ARecordReadWhileTheWorkerWritesIsNeverTorn) {
   writer.join();
   EXPECT_EQ(checked, 20000);
 }
+
+// ------------------------------------------------------------------ verified replay
+/// A checkpoint after `cut` batches of the first epoch of `make()`'s loader.
+Value checkpoint_after(const std::function<std::unique_ptr<DataLoader>()>& make, size_t cut) {
+  manual_seed(41);
+  auto dl = make();
+  auto it = dl->iter();
+  for (size_t k = 0; k < cut; ++k) EXPECT_TRUE(it.next().has_value());
+  return through_pt(it.state_dict());
+}
+
+/// `dl` refuses `state` at iter() with a message holding `expected`, and changes nothing:
+/// the random streams are where they were and the next iter() runs a plain epoch.
+void expect_refused_at_iter(DataLoader& dl, const Value& state, const std::string& expected, size_t batches) {
+  dl.load_state_dict(state);
+  const std::string before = default_generator().state();
+  const std::string why = error_of([&] { dl.iter(); });
+  EXPECT_NE(why.find(expected), std::string::npos) << why;
+  ::testing::Test::RecordProperty("refusal", why);
+  EXPECT_EQ(default_generator().state(), before) << "the refusal changed the default generator";
+  EXPECT_EQ(epoch_bytes(dl).size(), batches) << "a plain epoch follows";
+}
+
+TEST(CheckpointVerifiedReplay, ACheckpointCarriesTheSamplersAndTheHashesOfItsBatches) {
+  Value state = checkpoint_after([] { return std::make_unique<DataLoader>(random_draws(40), shuffled(0)); }, 3);
+  EXPECT_EQ(state.at("sampler_type").to_string(), "loader::RandomSampler");
+  EXPECT_EQ(state.at("batch_sampler_type").to_string(), "loader::BatchSampler");
+  EXPECT_TRUE(state.at("batches_hash").is_int());
+  ASSERT_EQ(state.at("batches_hash_at").size(), 3u);  // after batches 1, 2 and 3
+  EXPECT_EQ(state.at("batches_hash_at")[2][1].to_int(), state.at("batches_hash").to_int());
+}
+
+TEST(CheckpointVerifiedReplay, ShuffleOnAgainstOffIsRefusedAtIterNamingTheFirstBatch) {
+  for (int workers : {0, 2}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers");
+    for (size_t cut : {size_t{3}, size_t{30}}) {  // within the first 16 batches, and past them
+      const Value state =
+          checkpoint_after([&] { return std::make_unique<DataLoader>(random_draws(200), shuffled(workers)); }, cut);
+      DataLoaderOptions o = shuffled(workers);
+      o.shuffle = false;
+      DataLoader dl(random_draws(200), o);
+      expect_refused_at_iter(dl, state, "other indices than the checkpointed one in its batch 1 (counting from 1)",
+                             50);
+    }
+  }
+  // The other way round, naming both samplers.
+  DataLoaderOptions o = shuffled(0);
+  o.shuffle = false;
+  const Value state = checkpoint_after([&] { return std::make_unique<DataLoader>(random_draws(200), o); }, 5);
+  DataLoader dl(random_draws(200), shuffled(0));
+  expect_refused_at_iter(dl, state,
+                         "its batch 1 (counting from 1) (the checkpoint's sampler was loader::SequentialSampler, batch "
+                         "sampler loader::BatchSampler; this loader's is loader::RandomSampler",
+                         50);
+}
+
+TEST(CheckpointVerifiedReplay, AnotherSubsetIndexListIsRefusedNamingTheBatch) {
+  auto make = [](int64_t last) {
+    return [last] {
+      std::vector<int64_t> indices;
+      for (int64_t i = 0; i < 39; ++i) indices.push_back(i);
+      indices.push_back(last);
+      DataLoaderOptions o;
+      o.batch_size = 4;
+      o.sampler = std::make_shared<SubsetRandomSampler>(indices, std::make_shared<Generator>(5));
+      return std::make_unique<DataLoader>(random_draws(60), o);
+    };
+  };
+  const Value state = checkpoint_after(make(39), 10);  // all 10 batches, 40 indices
+  auto other = make(55)();
+  expect_refused_at_iter(*other, state, "other indices than the checkpointed one in its batch ", 10);
+}
+
+TEST(CheckpointVerifiedReplay, TheSameSamplerIsAcceptedWithAndWithoutWorkers) {
+  for (int workers : {0, 2}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers");
+    for (size_t cut : {size_t{5}, size_t{35}}) {
+      expect_resume_identical([&] { return std::make_unique<DataLoader>(random_draws(200), shuffled(workers)); },
+                              cut);
+      // A resumed epoch's checkpoint carries the hashes too, and resumes.
+      Value first = checkpoint_after([&] { return std::make_unique<DataLoader>(random_draws(200), shuffled(workers)); }, cut);
+      manual_seed(7);
+      auto dl = std::make_unique<DataLoader>(random_draws(200), shuffled(workers));
+      dl->load_state_dict(first);
+      auto it = dl->iter();
+      for (int k = 0; k < 3; ++k) ASSERT_TRUE(it.next().has_value());
+      Value second = through_pt(it.state_dict());
+      EXPECT_TRUE(second.at("batches_hash").is_int());
+      std::vector<std::string> rest = epoch_bytes(it);
+      auto again = std::make_unique<DataLoader>(random_draws(200), shuffled(workers));
+      again->load_state_dict(second);
+      EXPECT_TRUE(epoch_bytes(*again) == rest);
+    }
+  }
+}
+
+TEST(CheckpointVerifiedReplay, AnIterableStreamThatDiffersOnReplayIsRefused) {
+  Config c{"zero", 0, false, 0, false, WorkerMode::Process};
+  Value state;
+  {
+    manual_seed(1);
+    DataLoader dl(random_stream(40), streamed(c));
+    auto it = dl.iter();
+    for (int k = 0; k < 6; ++k) ASSERT_TRUE(it.next().has_value());
+    state = through_pt(it.state_dict());
+  }
+  EXPECT_TRUE(state.at("batches_hash").is_int());
+  {
+    // Other data, as long: refused at iter(), naming the first result.
+    DataLoader dl(random_stream(40, 1000), streamed(c));
+    dl.load_state_dict(state);
+    const std::string why = error_of([&] { dl.iter(); });
+    EXPECT_NE(why.find("its result 1 (counting from 1) differs from the checkpointed iterator's"), std::string::npos)
+        << why;
+  }
+  {
+    // The same stream resumes.
+    manual_seed(9);
+    DataLoader dl(random_stream(40), streamed(c));
+    dl.load_state_dict(state);
+    EXPECT_EQ(epoch_bytes(dl).size(), 4u);
+  }
+}
+
+TEST(CheckpointVerifiedReplay, ACheckpointWithoutTheHashesStillLoadsAndResumes) {
+  for (int workers : {0, 2}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers");
+    auto make = [&] { return std::make_unique<DataLoader>(random_draws(200), shuffled(workers)); };
+    std::vector<std::string> reference;
+    {
+      manual_seed(41);
+      auto dl = make();
+      reference = epoch_bytes(*dl);
+    }
+    const Value state = without_hashes(checkpoint_after(make, 30));
+    manual_seed(3);
+    auto dl = make();
+    dl->load_state_dict(state);
+    auto it = dl->iter();
+    expect_rest(epoch_bytes(it), reference, 30);
+    // Format 1 too (it has none of them).
+    manual_seed(3);
+    auto dl1 = make();
+    dl1->load_state_dict(as_format1(checkpoint_after(make, 30)));
+    expect_rest(epoch_bytes(*dl1), reference, 30);
+    // Unverified: a shuffled checkpoint without hashes replays into an unshuffled loader.
+    DataLoaderOptions o = shuffled(workers);
+    o.shuffle = false;
+    DataLoader other(random_draws(200), o);
+    other.load_state_dict(state);
+    EXPECT_EQ(epoch_bytes(other).size(), 20u);
+  }
+}
+
 
 }  // namespace

@@ -179,6 +179,9 @@ Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
   const Shape shape = shape_of(loader);
   std::vector<Value> workers;
   for (const auto& w : p.worker_rng) workers.push_back(w ? state_value(*w) : Value());
+  std::vector<Value> marks;
+  for (const auto& [count, hash] : p.check.marks)
+    marks.push_back(Value::list({Value(static_cast<int64_t>(count)), Value(static_cast<int64_t>(hash))}));
   return Value::dict({
       {"format", Value(kFormat)},
       {"num_workers", Value(static_cast<int64_t>(o.num_workers))},
@@ -198,6 +201,12 @@ Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
       {"base_seed", Value(static_cast<int64_t>(p.base_seed))},
       {"pool_alive", Value(p.pool_alive)},
       {"worker_rng", Value::list(std::move(workers))},
+      // Verified replay: what the epoch handed out (index batches; an IterableDataset's
+      // results), hashes as int64 bit patterns; None where not known.
+      {"sampler_type", Value(p.sampler_type)},
+      {"batch_sampler_type", Value(p.batch_sampler_type)},
+      {"batches_hash", p.check.hash ? Value(static_cast<int64_t>(*p.check.hash)) : Value()},
+      {"batches_hash_at", Value::list(std::move(marks))},
   });
 }
 
@@ -278,6 +287,29 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
     } else {
       bad("an entry of 'worker_rng' is not a worker's generator state (" + w.repr().substr(0, 40) +
           "): the checkpoint is damaged");
+    }
+  }
+  // Verified replay (optional: format 1 and earlier format 2 checkpoints have none of
+  // these, and resume unverified).
+  auto text_of = [&](const std::string& key) {
+    if (!state.contains(key)) return std::string();
+    const Value& v = state.at(key);
+    if (!v.is_string()) bad("'" + key + "' must be a string (a sampler's type), got " + v.repr().substr(0, 80));
+    return v.to_string();
+  };
+  p.sampler_type = text_of("sampler_type");
+  p.batch_sampler_type = text_of("batch_sampler_type");
+  if (state.contains("batches_hash") && !state.at("batches_hash").is_none()) {
+    p.check.hash = static_cast<uint64_t>(int_of(state, "batches_hash"));
+    const Value& marks = field(state, "batches_hash_at");
+    const std::string expected = "'batches_hash_at' must be a list of [count, hash] pairs of ints";
+    if (!marks.is_list()) bad(expected + ", got " + marks.repr().substr(0, 80));
+    for (const Value& m : marks.items()) {
+      if (!m.is_sequence() || m.size() != 2 || !m[0].is_int() || !m[1].is_int() || m[0].to_int() < 0 ||
+          static_cast<uint64_t>(m[0].to_int()) > p.sampled)
+        bad(expected + " (counts up to 'batches_sampled'), and holds " + m.repr().substr(0, 80) +
+            ": the checkpoint is damaged");
+      p.check.marks.emplace_back(static_cast<uint64_t>(m[0].to_int()), static_cast<uint64_t>(m[1].to_int()));
     }
   }
   // Other workers than the checkpointed ones: they start as their Init leaves them.

@@ -68,6 +68,11 @@ struct ResumePlan {
   uint64_t base_seed = 0;
   bool pool_alive = false;       ///< finished: persistent workers would serve the next epoch
   std::vector<std::optional<std::string>> worker_rng;
+  /// The hashes of the batches the epoch had handed out (an IterableDataset's: of the
+  /// results taken), for a verified replay; no hash in a checkpoint without them.
+  ReplayCheck check;
+  std::string sampler_type;        ///< the checkpointed loader's sampler ("" when none)
+  std::string batch_sampler_type;  ///< ... and batch sampler
   /// The checkpointed loader had this loader's num_workers and persistent_workers (else
   /// load_state_dict(state, false): the batches' indices are resumed, not the workers'
   /// random streams).
