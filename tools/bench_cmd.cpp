@@ -5,6 +5,7 @@
 //   loader bench --workload W1 --workers 2 --verify        # + checksum of every byte, in order
 //   loader bench --workload W4 --workers 2 --persistent --epochs 4
 //   loader bench --workload W1 --n 1000000 --epochs 1 --checkpoint --checkpoint-at 0.99 [--sampler index-shuffle]
+//   loader bench --workload W1 --n 20000 --ranks 2 --checkpoint-at 0.4 --resume-ranks 3 [--uneven] --dump-indices F.json
 //   loader bench --memcpy                                  # this machine's copy bandwidth
 //
 // The consumer does what WORKLOADS.md says and nothing more: it adds labels.sum()
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iomanip>
 #include <iostream>
@@ -203,7 +205,10 @@ struct BenchOptions {
   std::optional<int64_t> epochs, n, batch_size, prefetch_factor;  // defaults by workload and --quick
   bool persistent = false, pin_memory = false, in_order = false, no_in_order = false;
   bool quick = false, verify = false, checkpoint = false;
-  double checkpoint_at = 0.5;  // --checkpoint: the share of the epoch's batches consumed before it
+  double checkpoint_at = 0.5;  // --checkpoint, --ranks: the share of the epoch's batches consumed before it
+  int64_t ranks = 0, resume_ranks = 0;  // --ranks: elastic resume from that many ranks to --resume-ranks
+  bool uneven = false;                  // --ranks: rank r consumes r batches more than rank 0
+  std::string dump_indices;             // --ranks: where to write the indices each rank took
   std::string sampler = "random";  // map-style workloads: random (RandomSampler) or index-shuffle
   int64_t max_worker_restarts = 0;
   double timeout = 0;
@@ -299,6 +304,149 @@ int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int
   return rest_sum == resumed_sum ? 0 : 1;
 }
 
+// ------------------------------------------------------------------ elastic ranks
+/// A map-style dataset whose samples carry their index last, so that the bench sees
+/// which indices each rank took (0 workers: the wrapper is not rebuilt in workers).
+class IndexedDataset : public Dataset {
+ public:
+  explicit IndexedDataset(std::shared_ptr<Dataset> inner) : inner_(std::move(inner)) {}
+  Value get(int64_t index) override {
+    Value sample = inner_->get(index);
+    std::vector<Value> items;
+    for (const Value& item : sample.items()) items.push_back(item);
+    items.emplace_back(index);
+    return Value::tuple(std::move(items));
+  }
+  int64_t size() const override { return inner_->size(); }
+
+ private:
+  std::shared_ptr<Dataset> inner_;
+};
+
+/// How many of the first `taken` entries of rank `rank`'s stripe of `m` samples among
+/// `replicas` are DistributedSampler's padding (repeats of the first samples).
+int64_t padding_in(int64_t m, int64_t replicas, int64_t rank, int64_t taken) {
+  int64_t pad = 0;
+  for (int64_t k = 0; k < taken; ++k)
+    if (rank + k * replicas >= m) ++pad;
+  return pad;
+}
+
+/// --ranks R --resume-ranks R2: elastic ranks.  R loaders (DistributedSampler, rank r of
+/// R, shuffle, seed 0, epoch 1), one after another in this process, each take the share
+/// --checkpoint-at of their batches (--uneven: rank r takes r more) and save
+/// state_dict(); merge_checkpoints merges them (all of them with --uneven, rank 0's
+/// alone otherwise: equal counts); R2 new loaders load the result with strict=false and
+/// run the rest of the epoch.  Checked: every sample taken, before or after, exactly
+/// once, DistributedSampler's padding repeats aside (counted per rank in the dump).
+int run_elastic(const std::shared_ptr<Dataset>& ds, const DataLoaderOptions& base, const BenchOptions& o,
+                const std::string& tag) {
+  const int64_t n = ds->size();
+  const int64_t epoch = 1;
+  auto indexed = std::make_shared<IndexedDataset>(ds);
+  auto make = [&](int64_t replicas, int64_t rank) {
+    DataLoaderOptions opts = base;
+    opts.shuffle.reset();
+    opts.generator.reset();
+    auto sampler = std::make_shared<DistributedSampler>(indexed, replicas, rank, /*shuffle=*/true, /*seed=*/0);
+    sampler->set_epoch(epoch);
+    opts.sampler = sampler;
+    return std::make_unique<DataLoader>(indexed, opts);
+  };
+  auto indices_of = [](const Value& batch, std::vector<int64_t>& out) {
+    const Tensor& t = batch[batch.size() - 1].to_tensor();
+    const int64_t* p = static_cast<const int64_t*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel(); ++i) out.push_back(p[i]);
+  };
+  Json dump;
+  dump["n"] = n;
+  dump["batch_size"] = base.batch_size.value_or(-1);
+  dump["epoch"] = epoch;
+  dump["shuffle"] = true;
+  dump["drop_last"] = false;
+  std::vector<int64_t> count(static_cast<size_t>(n), 0);
+  int64_t padding = 0, taken_before = 0;
+  std::vector<Value> states;
+  Json old_ranks = Json::array();
+  for (int64_t r = 0; r < o.ranks; ++r) {
+    std::unique_ptr<DataLoader> dl = make(o.ranks, r);
+    const int64_t len = dl->size();
+    const int64_t want = std::min<int64_t>(len, static_cast<int64_t>(static_cast<double>(len) * o.checkpoint_at) +
+                                                    (o.uneven ? r : 0));
+    std::vector<int64_t> got;
+    DataLoader::Iterator it = dl->iter();
+    for (int64_t k = 0; k < want; ++k) {
+      std::optional<Value> b = it.next();
+      if (!b) break;
+      indices_of(*b, got);
+    }
+    states.push_back(pt::load_bytes(pt::save_bytes(it.state_dict())));  // through the file format
+    const int64_t pad = padding_in(n, o.ranks, r, static_cast<int64_t>(got.size()));
+    padding += pad;
+    taken_before += static_cast<int64_t>(got.size());
+    for (int64_t i : got) ++count[static_cast<size_t>(i)];
+    old_ranks.push_back({{"rank", r}, {"num_replicas", o.ranks}, {"batches", want}, {"padding", pad}, {"indices", got}});
+  }
+  // Equal counts: one rank's checkpoint is enough (the rule docs/api.md states).
+  std::vector<Value> merge_from = o.uneven ? states : std::vector<Value>{states[0]};
+  const Value merged = pt::load_bytes(pt::save_bytes(merge_checkpoints(merge_from)));
+  int64_t remaining = 0;
+  for (int64_t c : count) remaining += c == 0 ? 1 : 0;
+  Json new_ranks = Json::array();
+  for (int64_t r = 0; r < o.resume_ranks; ++r) {
+    std::unique_ptr<DataLoader> dl = make(o.resume_ranks, r);
+    dl->load_state_dict(merged, /*strict=*/false);
+    std::vector<int64_t> got;
+    int64_t batches = 0;
+    DataLoader::Iterator it = dl->iter();
+    while (std::optional<Value> b = it.next()) {
+      indices_of(*b, got);
+      ++batches;
+    }
+    const int64_t pad = padding_in(remaining, o.resume_ranks, r, static_cast<int64_t>(got.size()));
+    padding += pad;
+    for (int64_t i : got) ++count[static_cast<size_t>(i)];
+    new_ranks.push_back(
+        {{"rank", r}, {"num_replicas", o.resume_ranks}, {"batches", batches}, {"padding", pad}, {"indices", got}});
+  }
+  int64_t missing = 0, extra = 0, taken = 0;
+  for (int64_t c : count) {
+    taken += c;
+    if (c == 0) ++missing;
+    if (c > 1) extra += c - 1;
+  }
+  // Exactly once: no sample missing, and the only repeats are DistributedSampler's
+  // padding (the entries counted as padding, which repeat the first samples).
+  const bool ok = missing == 0 && extra == padding;
+  dump["old_ranks"] = std::move(old_ranks);
+  dump["merged_from"] = static_cast<int64_t>(merge_from.size());
+  dump["new_ranks"] = std::move(new_ranks);
+  dump["check"] = {{"samples", n},       {"taken", taken},   {"padding", padding},
+                   {"missing", missing}, {"repeats", extra}, {"exactly_once", ok}};
+  if (!o.dump_indices.empty()) {
+    std::ofstream f(o.dump_indices);
+    f << dump.dump() << "\n";
+    if (!f)
+      throw RuntimeError("loader bench --dump-indices: cannot write " + o.dump_indices +
+                         ": check that its folder exists and is writable");
+  }
+  Json j;
+  j["elastic"] = tag;
+  j["ranks"] = o.ranks;
+  j["resume_ranks"] = o.resume_ranks;
+  j["uneven"] = o.uneven;
+  j["checkpoint_at"] = o.checkpoint_at;
+  j["taken_before"] = taken_before;
+  j["merged_from"] = static_cast<int64_t>(merge_from.size());
+  j["check"] = dump["check"];
+  j["ok"] = ok;
+  std::cout << j.dump() << std::endl;
+  std::cerr << "[loader bench] " << tag << " elastic " << o.ranks << " -> " << o.resume_ranks << " ranks: " << taken
+            << " indices taken, " << padding << " padding, " << missing << " missing, " << extra << " repeats: "
+            << (ok ? "every sample exactly once" : "CHECK FAILED") << "\n";
+  return ok ? 0 : 1;
+}
+
 // ------------------------------------------------------------------ workloads
 int run_bench(const BenchOptions& o) {
   if (o.memcpy) return run_memcpy(o);
@@ -336,6 +484,13 @@ int run_bench(const BenchOptions& o) {
     throw UsageError(std::string("--variant for ") + wl.name + " must be " +
                      (wl.iterable ? "gen or batched" : "tensor or gen"));
 
+  if (o.ranks < 0 || o.resume_ranks < 0) throw UsageError("--ranks and --resume-ranks must be positive");
+  if ((o.ranks > 0) != (o.resume_ranks > 0)) throw UsageError("--ranks and --resume-ranks go together");
+  if (o.ranks > 0 && (wl.iterable || o.sampler != "random" || workers != 0 || o.checkpoint))
+    throw UsageError("--ranks: a map-style workload (W1-W3) with --workers 0, the default sampler and no --checkpoint "
+                     "(the ranks run one after another in this process, a DistributedSampler each)");
+  if ((o.uneven || !o.dump_indices.empty()) && o.ranks == 0) throw UsageError("--uneven and --dump-indices need --ranks");
+
   bench::ProcessTreeSampler mem;  // the system-wide baseline is taken here, before the dataset
   mem.start();
   const std::string tag = std::string(wl.name) + "/" + variant + "/w" + std::to_string(workers) +
@@ -371,6 +526,11 @@ int run_bench(const BenchOptions& o) {
   opts.in_order = !no_in_order;
   opts.timeout = timeout;
   opts.max_worker_restarts = restarts;
+  if (o.ranks > 0) {
+    const int status = run_elastic(map_ds, opts, o, tag);
+    mem.stop();
+    return status;
+  }
   std::unique_ptr<DataLoader> dl = wl.iterable ? std::make_unique<DataLoader>(iter_ds, opts)
                                                : std::make_unique<DataLoader>(map_ds, opts);
 
@@ -537,12 +697,21 @@ void add_bench_command(CLI::App& app) {
   in_order->excludes(no_in_order);
   cmd->add_flag("--quick", o->quick, "a small N and 2 epochs");
   cmd->add_flag("--verify", o->verify, "also checksum every byte of every batch (timings not comparable)");
-  auto* checkpoint = cmd->add_flag("--checkpoint", o->checkpoint,
+  cmd->add_flag("--checkpoint", o->checkpoint,
                 "then time a mid-epoch checkpoint (state_dict) and its resume in a new loader, checking that the "
                 "resumed batches are the same bytes (W4, an IterableDataset, resumes by running its epoch again)");
-  cmd->add_option("--checkpoint-at", o->checkpoint_at,
-                  "--checkpoint: the share of the epoch's batches consumed before it, 0 < F < 1 (default 0.5)")
-      ->needs(checkpoint);
+  auto* at = cmd->add_option("--checkpoint-at", o->checkpoint_at,
+                             "--checkpoint, --ranks: the share of the epoch's batches consumed before it, 0 < F < 1 "
+                             "(default 0.5)");
+  cmd->add_option("--ranks", o->ranks,
+                  "elastic ranks: this many DistributedSampler ranks take --checkpoint-at of their epoch and save, "
+                  "the merged checkpoint resumes in --resume-ranks ranks (0 workers, one process)")
+      ->check(kInt64);
+  cmd->add_option("--resume-ranks", o->resume_ranks, "--ranks: the new number of ranks")->check(kInt64);
+  cmd->add_flag("--uneven", o->uneven, "--ranks: rank r consumes r batches more than rank 0 before the checkpoint");
+  cmd->add_option("--dump-indices", o->dump_indices,
+                  "--ranks: write the indices each old rank took before and each new rank after, and the "
+                  "exactly-once check, to this JSON file");
   cmd->add_option("--sampler", o->sampler,
                   "W1-W3: random (RandomSampler, PyTorch's order; default) or index-shuffle (IndexShuffleSampler: "
                   "O(1) resume)");
@@ -554,7 +723,10 @@ void add_bench_command(CLI::App& app) {
   mb->needs(memcpy);
   reps->needs(memcpy);
   memcpy->excludes(workload);
-  on_run(cmd, [o] { return run_bench(*o); });
+  on_run(cmd, [o, at] {
+    if (at->count() > 0 && !o->checkpoint && o->ranks == 0) throw UsageError("--checkpoint-at needs --checkpoint or --ranks");
+    return run_bench(*o);
+  });
 }
 
 }  // namespace loader::tool

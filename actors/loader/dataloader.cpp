@@ -252,6 +252,14 @@ DataLoader::Iterator DataLoader::iter() {
   s.resume.reset();
   s.resume_state.reset();  // applied now (or dropped, if the resume fails)
   const std::vector<RandomStream> streams = loader_streams(s);
+  if (plan && plan->elastic) {
+    // A fresh pass over this rank's stripe: nothing of the old ranks' epoch is replayed
+    // (their streams were other ranks'), and the sampler is at the merged epoch, so that
+    // the program's set_epoch(epoch + 1) starts the next one as usual.
+    static_cast<DistributedSampler&>(*s.sampler).set_epoch(plan->elastic_epoch);
+    s.elastic_pass = std::move(plan->elastic_indices);
+    plan.reset();
+  }
   if (plan) {
     // A resume that fails (a sampler that cannot replay the epoch) leaves the streams
     // as they were: the plan is dropped and the next iter() starts a plain epoch.
@@ -304,7 +312,17 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
   start.base_seed_drawn = draw;
 
   std::optional<TaskSource> source;
-  if (s.dataset) {
+  if (s.dataset && s.elastic_pass) {
+    // This pass only: the stripe, batched as the loader's BatchSampler would (the
+    // loader's own; decode_elastic refused a batch_sampler of the program's).
+    auto list = std::make_shared<ListSampler>(std::move(*s.elastic_pass));
+    s.elastic_pass.reset();
+    std::shared_ptr<BatchSamplerBase> batches;
+    if (s.batch_sampler) batches = std::make_shared<BatchSampler>(list, *s.options.batch_size, s.options.drop_last);
+    source.emplace(batches, list);
+    start.hashes = source->hashes();
+    start.elastic = true;
+  } else if (s.dataset) {
     source.emplace(s.batch_sampler, s.sampler);
     start.hashes = source->hashes();  // the source moves into the epoch; its hashes stay here too
   } else {
@@ -417,6 +435,16 @@ Value DataLoader::state_dict() const {
 void DataLoader::load_state_dict(const Value& state, bool strict) {
   auto& s = *state_;
   check_resumable(s, "DataLoader.load_state_dict()");
+  if (is_elastic_checkpoint(state)) {
+    if (strict)
+      throw ValueError(
+          "DataLoader.load_state_dict: an elastic checkpoint (merge_checkpoints) is loaded with strict=false: each "
+          "rank of the new world takes its stripe of what the old ranks left, with its own num_replicas and rank");
+    ResumePlan plan = decode_elastic(state, s);
+    s.resume = std::move(plan);
+    s.resume_state = copy_checkpoint(state);
+    return;
+  }
   const std::vector<RandomStream> streams = loader_streams(s);
   ResumePlan plan = decode_checkpoint(state, s, streams.size(), strict);
   check_streams(streams, plan.streams_at_start, "the epoch's start");
@@ -500,6 +528,11 @@ void DataLoader::Iterator::leave_latest() noexcept {
 
 ResumePlan DataLoader::Iterator::plan() const {
   check_resumable(*state_, "DataLoader.state_dict()");
+  if (start_.elastic && backend_)
+    throw ValueError(
+        "DataLoader.state_dict(): this epoch is an elastic checkpoint's stripe (merge_checkpoints), which a "
+        "checkpoint cannot describe mid-way: save once it ended (the next epoch is the sampler's own), or merge the "
+        "old ranks' checkpoints again to restart it");
   const int workers = state_->options.num_workers;
   ResumePlan p;
   p.finished = !backend_;
@@ -623,5 +656,7 @@ DataLoader::RangeIterator& DataLoader::RangeIterator::operator++() {
 DataLoader::RangeIterator DataLoader::begin() {
   return RangeIterator(std::make_shared<Iterator>(iter()));
 }
+
+Value merge_checkpoints(const std::vector<Value>& checkpoints) { return merge_elastic(checkpoints); }
 
 }  // namespace loader

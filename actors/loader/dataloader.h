@@ -107,6 +107,9 @@ class DataLoader {
       /// results taken from an IterableDataset: a checkpoint carries them, its replay
       /// checks them.
       std::shared_ptr<HashChain> hashes;
+      /// The pass is an elastic checkpoint's stripe (not the sampler's own): its position
+      /// is not one a checkpoint can describe until it ends.
+      bool elastic = false;
     };
     Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state, Start start);
     /// Where the epoch stands (a checkpoint without its streams_now).
@@ -202,6 +205,10 @@ class DataLoader {
   /// dataset draws at random in them differs; later epochs follow this loader's own
   /// draws (persistent workers draw no base_seed after their first epoch; with 0
   /// workers the dataset's draws come from the default generator).
+  ///
+  /// An elastic checkpoint (merge_checkpoints) is loaded with `strict` = false by each
+  /// rank of the new world: the next iter() is this rank's stripe of the samples no old
+  /// rank consumed (docs/api.md, "Elastic ranks").
   void load_state_dict(const Value& state, bool strict = true);
 
   /// What pin_memory achieved so far (it stays valid after the epoch ends):
@@ -217,5 +224,20 @@ class DataLoader {
   Iterator iter_from(const std::optional<ResumePlan>& plan, const std::vector<RandomStream>& streams);
   std::shared_ptr<LoaderState> state_;
 };
+
+/// Elastic ranks: merges the DataLoader::state_dict() of the ranks of one
+/// DistributedSampler epoch (each a loader whose sampler is DistributedSampler(dataset,
+/// num_replicas=W, rank=r, ...), batched by batch_size) into one checkpoint that rank r'
+/// of any new num_replicas W' loads with load_state_dict(merged, /*strict=*/false): its
+/// next iter() gives its share of the epoch's samples that no old rank consumed (in the
+/// epoch's order, padded or dropped as DistributedSampler does, then every W'-th from
+/// r'); the epoch after it is the sampler's own (set_epoch as usual).  Pass every old
+/// rank's checkpoint; when all ranks consumed the same number of batches, one rank's is
+/// enough.  Throws ValueError naming the checkpoint, its rank and what is wrong
+/// (another epoch, seed, shuffle, drop_last, dataset size or batch_size; a rank twice;
+/// ranks missing when the counts differ; a loader without a DistributedSampler).  The
+/// result is a dict of ints, bools and a list of ints (torch.load(weights_only=True)
+/// opens it).  See docs/api.md, "Elastic ranks".
+Value merge_checkpoints(const std::vector<Value>& checkpoints);
 
 }  // namespace loader

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <numeric>
+#include <sstream>
 #include <optional>
 #include <set>
 
 #include "loader/error.h"
 #include "loader/generator.h"
+#include "loader/samplers.h"
 #include "loader/tensor.h"
 
 namespace loader {
@@ -337,6 +341,265 @@ Value copy_checkpoint(const Value& state) {
   // A tensor (a random state) is copied too: the caller may write into its bytes.
   if (state.is_tensor() && state.to_tensor().defined()) return Value(state.to_tensor().clone());
   return state;  // held inline
+}
+
+// ------------------------------------------------------------------ elastic ranks
+namespace {
+
+constexpr int64_t kElastic = 1;  // the 'elastic' entry of a merged checkpoint: its version
+constexpr const char* kDistributedTag = "DistributedSampler/1";
+
+/// DistributedSampler's share of n samples among `replicas` (its num_samples).
+int64_t share_of(int64_t n, int64_t replicas, bool drop_last) {
+  if (drop_last && n % replicas != 0) return n / replicas;  // ceil((n - W) / W), n not a multiple
+  return (n + replicas - 1) / replicas;
+}
+
+/// One rank's checkpoint as merge_checkpoints reads it.
+struct RankCheckpoint {
+  int64_t replicas = 0, rank = 0, seed = 0, n = 0, epoch = 0;
+  bool shuffle = false, sampler_drop_last = false;
+  int64_t dataset_size = 0, batch_size = -1;
+  bool drop_last = false;
+  int64_t batches_consumed = 0;
+};
+
+RankCheckpoint read_rank(const Value& state, size_t i) {
+  const std::string where = "merge_checkpoints: checkpoint " + std::to_string(i) + " ";
+  auto fail = [&](const std::string& what) -> void { throw ValueError(where + what); };
+  if (!state.is_dict()) fail("is not a dict made by DataLoader::state_dict(): got " + state.repr().substr(0, 80));
+  if (state.contains("elastic"))
+    fail("is itself merged (an elastic checkpoint): merge the old ranks' own checkpoints, each once");
+  auto get = [&](const std::string& key) -> const Value& {
+    if (!state.contains(key))
+      fail("has no '" + key + "' entry: pass each rank's DataLoader::state_dict() (format 2), saved and loaded whole");
+    return state.at(key);
+  };
+  auto integer = [&](const std::string& key) {
+    const Value& v = get(key);
+    if (!v.is_int()) fail("has '" + key + "' " + v.repr().substr(0, 40) + ", not an int: the checkpoint is damaged");
+    return v.to_int();
+  };
+  auto flag = [&](const std::string& key) {
+    const Value& v = get(key);
+    if (!v.is_bool()) fail("has '" + key + "' " + v.repr().substr(0, 40) + ", not a bool: the checkpoint is damaged");
+    return v.to_bool();
+  };
+  const Value& format = get("format");
+  if (!(format.is_int() && format.to_int() == kFormat))
+    fail("has 'format' " + format.repr().substr(0, 40) + ", expected " + std::to_string(kFormat) +
+         ": save the ranks' checkpoints with this loader's version");
+  RankCheckpoint r;
+  r.dataset_size = integer("dataset_size");
+  r.batch_size = integer("batch_size");
+  r.drop_last = flag("drop_last");
+  r.batches_consumed = integer("batches_consumed");
+  if (r.batches_consumed < 0) fail("has a negative 'batches_consumed': the checkpoint is damaged");
+  if (state.contains("batch_sampler_type")) {
+    const Value& t = state.at("batch_sampler_type");
+    if (t.is_string() && !t.to_string().empty() && t.to_string() != "loader::BatchSampler")
+      fail("is of a loader with the batch sampler " + t.to_string() +
+           ": the samples a rank consumed are known from its count of batches only with the loader's own "
+           "BatchSampler (batch_size and drop_last options)");
+  }
+  // The DistributedSampler's state names its settings and the epoch (samplers.cpp).
+  const Value& streams = get("streams_at_start");
+  bool found = false;
+  if (streams.is_list())
+    for (const Value& item : streams.items()) {
+      std::optional<std::string> b = state_bytes(item);
+      if (!b || b->rfind(std::string(kDistributedTag) + " ", 0) != 0) continue;
+      std::istringstream in(*b);
+      std::string tag;
+      long long replicas = 0, rank = 0, seed = 0, n = 0, epoch = 0;
+      int shuffle = -1, dl = -1;
+      if (!(in >> tag >> replicas >> rank >> seed >> shuffle >> dl >> n >> epoch) || replicas <= 0 || rank < 0 ||
+          rank >= replicas || n < 0)
+        fail("has a DistributedSampler state that does not parse ('" + b->substr(0, 80) + "'): the checkpoint is damaged");
+      r.replicas = replicas, r.rank = rank, r.seed = seed, r.n = n, r.epoch = epoch;
+      r.shuffle = shuffle == 1, r.sampler_drop_last = dl == 1;
+      found = true;
+      break;
+    }
+  if (!found)
+    fail("has no DistributedSampler among its random streams: merge_checkpoints merges the checkpoints of loaders "
+         "whose sampler is a DistributedSampler");
+  if (r.n != r.dataset_size)
+    fail("has a DistributedSampler over " + std::to_string(r.n) + " samples and a dataset of " +
+         std::to_string(r.dataset_size) + ": the checkpoint is damaged");
+  return r;
+}
+
+}  // namespace
+
+std::vector<int64_t> elastic_remaining(const ElasticEpoch& e) {
+  const int64_t n = e.dataset_size, w = e.num_replicas;
+  const int64_t total = share_of(n, w, e.sampler_drop_last) * w;
+  std::vector<int64_t> order;
+  if (e.shuffle) {
+    Generator g(static_cast<uint64_t>(e.seed) + static_cast<uint64_t>(e.epoch));  // as DistributedSampler::iter
+    order = randperm(n, g);
+  } else {
+    order.resize(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), int64_t{0});
+  }
+  std::vector<char> taken(static_cast<size_t>(n), 0);
+  for (int64_t r = 0; r < w; ++r)
+    for (int64_t k = 0; k < e.consumed[static_cast<size_t>(r)]; ++k) {
+      const int64_t p = r + k * w;  // position in the padded order; padding repeats from the start
+      taken[static_cast<size_t>(order[static_cast<size_t>(p < n ? p : (p - n) % n)])] = 1;
+    }
+  std::vector<int64_t> out;
+  for (int64_t p = 0; p < std::min(total, n); ++p)
+    if (!taken[static_cast<size_t>(order[static_cast<size_t>(p)])]) out.push_back(order[static_cast<size_t>(p)]);
+  return out;
+}
+
+std::vector<int64_t> elastic_stripe(const std::vector<int64_t>& remaining, int64_t replicas, int64_t rank,
+                                    bool drop_last) {
+  const int64_t m = static_cast<int64_t>(remaining.size());
+  std::vector<int64_t> out;
+  if (m == 0) return out;
+  const int64_t total = share_of(m, replicas, drop_last) * replicas;
+  for (int64_t i = rank; i < total; i += replicas) out.push_back(remaining[static_cast<size_t>(i < m ? i : (i - m) % m)]);
+  return out;
+}
+
+Value merge_elastic(const std::vector<Value>& checkpoints) {
+  if (checkpoints.empty())
+    throw ValueError("merge_checkpoints: no checkpoints given: pass the DataLoader::state_dict() of every rank of one "
+                     "DistributedSampler epoch (one is enough when all ranks consumed the same number of batches)");
+  std::vector<RankCheckpoint> ranks;
+  for (size_t i = 0; i < checkpoints.size(); ++i) ranks.push_back(read_rank(checkpoints[i], i));
+  const RankCheckpoint& first = ranks[0];
+  auto differs = [&](size_t i, const std::string& what, const std::string& mine, const std::string& theirs) {
+    throw ValueError("merge_checkpoints: checkpoint " + std::to_string(i) + " (rank " + std::to_string(ranks[i].rank) +
+                     ") has " + what + " " + mine + ", checkpoint 0 (rank " + std::to_string(first.rank) + ") has " +
+                     theirs + ": merge the checkpoints that the ranks of one run saved in the same epoch");
+  };
+  auto text = [](int64_t v) { return std::to_string(v); };
+  auto yes = [](bool v) { return std::string(v ? "true" : "false"); };
+  std::map<int64_t, size_t> by_rank;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankCheckpoint& r = ranks[i];
+    if (r.replicas != first.replicas) differs(i, "num_replicas", text(r.replicas), text(first.replicas));
+    if (r.epoch != first.epoch) differs(i, "epoch", text(r.epoch), text(first.epoch));
+    if (r.seed != first.seed) differs(i, "seed", text(r.seed), text(first.seed));
+    if (r.shuffle != first.shuffle) differs(i, "shuffle", yes(r.shuffle), yes(first.shuffle));
+    if (r.sampler_drop_last != first.sampler_drop_last)
+      differs(i, "the DistributedSampler's drop_last", yes(r.sampler_drop_last), yes(first.sampler_drop_last));
+    if (r.dataset_size != first.dataset_size) differs(i, "dataset_size", text(r.dataset_size), text(first.dataset_size));
+    if (r.batch_size != first.batch_size) differs(i, "batch_size", text(r.batch_size), text(first.batch_size));
+    if (r.drop_last != first.drop_last) differs(i, "the loader's drop_last", yes(r.drop_last), yes(first.drop_last));
+    auto [at, fresh] = by_rank.emplace(r.rank, i);
+    if (!fresh)
+      throw ValueError("merge_checkpoints: checkpoints " + std::to_string(at->second) + " and " + std::to_string(i) +
+                       " are both of rank " + std::to_string(r.rank) + ": pass each rank's checkpoint once");
+  }
+  ElasticEpoch e;
+  e.dataset_size = first.dataset_size;
+  e.batch_size = first.batch_size;
+  e.drop_last = first.drop_last;
+  e.seed = first.seed;
+  e.epoch = first.epoch;
+  e.shuffle = first.shuffle;
+  e.sampler_drop_last = first.sampler_drop_last;
+  e.num_replicas = first.replicas;
+  const int64_t share = share_of(e.dataset_size, e.num_replicas, e.sampler_drop_last);
+  const int64_t per_batch = e.batch_size > 0 ? e.batch_size : 1;
+  // A rank's batches are its stripe's first samples, batch after batch (also in a
+  // finished epoch: with drop_last the tail it dropped is not consumed, and goes on).
+  auto samples = [&](const RankCheckpoint& r) {
+    return r.batches_consumed >= share ? share : std::min(share, r.batches_consumed * per_batch);
+  };
+  // A rank not given consumed what the given ones did, which is known only when they
+  // all consumed the same.
+  const int64_t first_count = samples(first);
+  const bool equal = std::all_of(ranks.begin(), ranks.end(), [&](const auto& r) { return samples(r) == first_count; });
+  e.consumed.assign(static_cast<size_t>(e.num_replicas), 0);
+  std::string missing;
+  for (int64_t r = 0; r < e.num_replicas; ++r) {
+    auto at = by_rank.find(r);
+    if (at != by_rank.end()) e.consumed[static_cast<size_t>(r)] = samples(ranks[at->second]);
+    else if (equal) e.consumed[static_cast<size_t>(r)] = first_count;
+    else missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!missing.empty())
+    throw ValueError("merge_checkpoints: the ranks consumed different numbers of samples, and the checkpoints of "
+                     "rank(s) " + missing + " of " + std::to_string(e.num_replicas) +
+                     " are missing: pass every rank's checkpoint (one is enough only when all ranks consumed the same "
+                     "number of batches)");
+  std::vector<Value> consumed;
+  for (int64_t c : e.consumed) consumed.emplace_back(c);
+  // Ints, bools and a list of ints: torch.load(weights_only=True) reads it (format 2).
+  return Value::dict({
+      {"format", Value(kFormat)},
+      {"elastic", Value(kElastic)},
+      {"dataset_size", Value(e.dataset_size)},
+      {"batch_size", Value(e.batch_size)},
+      {"drop_last", Value(e.drop_last)},
+      {"seed", Value(e.seed)},
+      {"epoch", Value(e.epoch)},
+      {"shuffle", Value(e.shuffle)},
+      {"sampler_drop_last", Value(e.sampler_drop_last)},
+      {"num_replicas", Value(e.num_replicas)},
+      {"samples_consumed", Value::list(std::move(consumed))},
+  });
+}
+
+bool is_elastic_checkpoint(const Value& state) { return state.is_dict() && state.contains("elastic"); }
+
+ResumePlan decode_elastic(const Value& state, const LoaderState& loader) {
+  if (int_of(state, "format") != kFormat || int_of(state, "elastic") != kElastic)
+    bad("an elastic checkpoint of format " + std::to_string(int_of(state, "format")) + ", version " +
+        std::to_string(int_of(state, "elastic")) + ": expected format " + std::to_string(kFormat) + ", version " +
+        std::to_string(kElastic) + " (merge_checkpoints of this loader's version)");
+  auto* sampler = dynamic_cast<DistributedSampler*>(loader.sampler.get());
+  if (!loader.dataset || !sampler)
+    bad("an elastic checkpoint (merge_checkpoints) resumes a loader whose sampler is a DistributedSampler over a "
+        "map-style dataset; this loader's sampler is not one: pass sampler=DistributedSampler(dataset, num_replicas, "
+        "rank, ...) with the checkpointed seed, shuffle and drop_last");
+  if (loader.options.batch_sampler)
+    bad("an elastic checkpoint resumes a loader that batches with its own BatchSampler (batch_size, drop_last); this "
+        "one was given a batch_sampler: use batch_size instead");
+  ElasticEpoch e;
+  e.dataset_size = int_of(state, "dataset_size");
+  e.batch_size = int_of(state, "batch_size");
+  e.drop_last = flag_of(state, "drop_last");
+  e.seed = int_of(state, "seed");
+  e.epoch = int_of(state, "epoch");
+  e.shuffle = flag_of(state, "shuffle");
+  e.sampler_drop_last = flag_of(state, "sampler_drop_last");
+  e.num_replicas = int_of(state, "num_replicas");
+  auto same = [&](const std::string& what, const std::string& theirs, const std::string& mine) {
+    if (theirs != mine)
+      bad("the elastic checkpoint is of ranks with " + what + " " + theirs + ", this loader has " + mine +
+          ": a new rank must use the old ranks' dataset, sampler options (but num_replicas and rank) and batching");
+  };
+  auto yes = [](bool v) { return std::string(v ? "true" : "false"); };
+  same("a dataset of size", std::to_string(e.dataset_size), std::to_string(loader.dataset->size()));
+  same("batch_size", std::to_string(e.batch_size), std::to_string(loader.options.batch_size.value_or(-1)));
+  same("drop_last", yes(e.drop_last), yes(loader.options.drop_last));
+  same("the DistributedSampler's seed", std::to_string(e.seed), std::to_string(sampler->seed()));
+  same("the DistributedSampler's shuffle", yes(e.shuffle), yes(sampler->shuffle()));
+  same("the DistributedSampler's drop_last", yes(e.sampler_drop_last), yes(sampler->drop_last()));
+  if (e.num_replicas <= 0) bad("'num_replicas' must be positive, got " + std::to_string(e.num_replicas));
+  const Value& list = field(state, "samples_consumed");
+  const int64_t share = share_of(e.dataset_size, e.num_replicas, e.sampler_drop_last);
+  if (!list.is_list() || static_cast<int64_t>(list.size()) != e.num_replicas)
+    bad("'samples_consumed' must be a list of " + std::to_string(e.num_replicas) + " ints (one per old rank), got " +
+        list.repr().substr(0, 80));
+  for (const Value& c : list.items()) {
+    if (!c.is_int() || c.to_int() < 0 || c.to_int() > share)
+      bad("'samples_consumed' holds " + c.repr().substr(0, 40) + ", not a count of samples 0.." +
+          std::to_string(share) + " (an old rank's share): the checkpoint is damaged");
+    e.consumed.push_back(c.to_int());
+  }
+  ResumePlan p;
+  p.elastic = true;
+  p.elastic_epoch = e.epoch;
+  p.elastic_indices = elastic_stripe(elastic_remaining(e), sampler->num_replicas(), sampler->rank(), e.sampler_drop_last);
+  return p;
 }
 
 bool resumable(const LoaderState& state) { return state.options.in_order; }

@@ -50,6 +50,38 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
 /// do), and a checkpoint the loader keeps must not change when the caller's copy does.
 Value copy_checkpoint(const Value& state);
 
+/// Elastic ranks (docs/api.md, "Elastic ranks"): one DistributedSampler epoch as its
+/// old ranks left it.  The epoch's order is recomputed from seed + epoch, so what the
+/// ranks consumed is a count each: old rank r consumed the first consumed[r] samples of
+/// its stripe (positions r, r + W, ... of the padded or truncated order).
+struct ElasticEpoch {
+  int64_t dataset_size = 0;
+  int64_t batch_size = -1;  ///< -1: none (batch_size=None)
+  bool drop_last = false;   ///< the loader's (its BatchSampler's)
+  int64_t seed = 0;
+  int64_t epoch = 0;
+  bool shuffle = true;
+  bool sampler_drop_last = false;  ///< the DistributedSampler's
+  int64_t num_replicas = 1;        ///< the old world size
+  std::vector<int64_t> consumed;   ///< samples each old rank consumed, by rank
+};
+/// The samples of `e`'s epoch that no old rank consumed, in the order of the epoch's
+/// permutation, each once (padding repeats are the same samples; the tail a
+/// drop_last sampler drops was in no rank's stripe, so it is not in the epoch).
+std::vector<int64_t> elastic_remaining(const ElasticEpoch& e);
+/// Rank `rank` of `replicas`'s share of `remaining`, as DistributedSampler shares an
+/// epoch: padded by repeating from the start to a multiple of `replicas` (or, with
+/// drop_last, the tail dropped), then every replicas-th from position `rank`.
+std::vector<int64_t> elastic_stripe(const std::vector<int64_t>& remaining, int64_t replicas, int64_t rank,
+                                    bool drop_last);
+/// merge_checkpoints (dataloader.h): see there.
+Value merge_elastic(const std::vector<Value>& checkpoints);
+/// Whether `state` is merge_checkpoints' result.
+bool is_elastic_checkpoint(const Value& state);
+/// Reads an elastic checkpoint for `loader` (a DistributedSampler over a map-style
+/// dataset): the plan of its stripe.  ValueError naming what differs.
+ResumePlan decode_elastic(const Value& state, const LoaderState& loader);
+
 /// Whether the loader's epochs can be checkpointed: in_order=true (an IterableDataset's
 /// epoch is replayed from its start, DataLoader::iter_from).
 bool resumable(const LoaderState& state);

@@ -77,6 +77,13 @@ struct ResumePlan {
   /// load_state_dict(state, false): the batches' indices are resumed, not the workers'
   /// random streams).
   bool same_workers = true;
+  /// An elastic checkpoint (merge_checkpoints): the epoch `elastic_epoch` of the
+  /// loader's DistributedSampler goes on over `elastic_indices`, this rank's stripe of
+  /// the samples no old rank consumed, as a fresh pass (nothing replayed, no stream
+  /// loaded); the fields above are unused.
+  bool elastic = false;
+  int64_t elastic_epoch = 0;
+  std::vector<int64_t> elastic_indices;
 };
 
 /// One pass over the data.
@@ -135,6 +142,9 @@ class LoaderState {
   std::optional<ResumePlan> latest_plan;
   /// Why the latest iterator left no plan (DataLoader::state_dict says it).
   std::string latest_plan_error;
+  /// The next pass's indices in place of the sampler's (an elastic checkpoint, applied
+  /// by iter(): that one pass only; the epoch after it is the sampler's own).
+  std::optional<std::vector<int64_t>> elastic_pass;
   /// The collate function to use in this process.
   CollateFn collate() const;
   Generator& generator() const;
