@@ -247,7 +247,21 @@ int run_memcpy(const BenchOptions& o) {
 /// workers' start; for W4, an IterableDataset, the epoch's first part run again), and the
 /// rest of the epoch must have the same checksum.
 int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int64_t batches, double at,
-                   const std::string& tag) {
+                   const std::string& tag, bool in_order) {
+  // in_order: the rest of the epoch, batch k weighted by k, must be the same bytes.
+  // in_order=false: batches come in the workers' order, so the resumed epoch must give
+  // the same samples: the same label sum and sample count as the checkpointed
+  // iterator's rest (every remaining sample exactly once).
+  auto add = [in_order](uint64_t& sum, uint64_t& count, int64_t k, const Value& b) {
+    if (in_order) {
+      sum += static_cast<uint64_t>(k) * batch_byte_sum(b);
+      return;
+    }
+    const Tensor& labels = b[1].to_tensor();
+    sum += static_cast<uint64_t>(sum_int64(labels));
+    count += static_cast<uint64_t>(labels.dim() == 0 ? 1 : labels.size(0));
+  };
+  uint64_t rest_count = 0, resumed_count = 0;
   const int64_t half = std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(batches) * at), 1,
                                            std::max<int64_t>(batches - 1, 1));
   std::string bytes;
@@ -264,7 +278,7 @@ int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int
     t0 = Clock::now();
     bytes = pt::save_bytes(state);
     save_s = seconds_since(t0);
-    for (int64_t k = half; std::optional<Value> b = it.next(); ++k) rest_sum += static_cast<uint64_t>(k) * batch_byte_sum(*b);
+    for (int64_t k = half; std::optional<Value> b = it.next(); ++k) add(rest_sum, rest_count, k, *b);
   }
   uint64_t resumed_sum = 0;
   double load_s = 0, first_s = 0, rest_s = 0;
@@ -279,7 +293,7 @@ int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int
     int64_t k = half;
     for (std::optional<Value> b = it.next(); b; b = it.next(), ++k) {
       if (k == half) first_s = seconds_since(t0);
-      resumed_sum += static_cast<uint64_t>(k) * batch_byte_sum(*b);
+      add(resumed_sum, resumed_count, k, *b);
     }
     rest_s = seconds_since(t0);
   }
@@ -293,15 +307,24 @@ int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int
   j["load_state_dict_s"] = load_s;
   j["resume_first_batch_s"] = first_s;
   j["resume_rest_s"] = rest_s;
-  j["checksum_rest"] = rest_sum;
-  j["checksum_resumed"] = resumed_sum;
-  j["ok"] = rest_sum == resumed_sum;
+  const bool ok = rest_sum == resumed_sum && rest_count == resumed_count;
+  if (in_order) {
+    j["checksum_rest"] = rest_sum;
+    j["checksum_resumed"] = resumed_sum;
+  } else {
+    j["label_sum_rest"] = rest_sum;
+    j["label_sum_resumed"] = resumed_sum;
+    j["samples_rest"] = rest_count;
+    j["samples_resumed"] = resumed_count;
+  }
+  j["ok"] = ok;
   std::cout << j.dump() << std::endl;
   std::cerr << "[loader bench] " << tag << " checkpoint after " << half << " batches: state_dict " << std::fixed
             << std::setprecision(3) << state_s * 1e3 << " ms, " << bytes.size() << " bytes; resumed, first batch "
-            << first_s * 1e3 << " ms; " << (rest_sum == resumed_sum ? "same bytes" : "CHECK FAILED: other bytes")
+            << first_s * 1e3 << " ms; "
+            << (ok ? (in_order ? "same bytes" : "same samples") : (in_order ? "CHECK FAILED: other bytes" : "CHECK FAILED: other samples"))
             << "\n";
-  return rest_sum == resumed_sum ? 0 : 1;
+  return ok ? 0 : 1;
 }
 
 // ------------------------------------------------------------------ elastic ranks
@@ -671,7 +694,7 @@ int run_bench(const BenchOptions& o) {
     auto make = [&]() {
       return wl.iterable ? std::make_unique<DataLoader>(iter_ds, opts) : std::make_unique<DataLoader>(map_ds, opts);
     };
-    status = run_checkpoint(make, want_batches, o.checkpoint_at, tag);
+    status = run_checkpoint(make, want_batches, o.checkpoint_at, tag, opts.in_order || wl.iterable);
   }
   mem.stop();
   return status;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <cxxabi.h>
+#include <set>
 #include <typeinfo>
 
 #include "loader/cuda_copy.h"
@@ -345,10 +346,23 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
     // A sampler that had run out is asked once more now, before the checkpoint's
     // streams are loaded: the draws it makes as its pass ends are in those streams
     // already, and asked again later (at the epoch's end) it draws nothing.
-    if (source) source->fast_forward(plan->consumed, plan->sampled, plan->exhausted, &check);
+    // An in_order=false checkpoint's batches above the first one not delivered that the
+    // application had are drawn again (the sampler's draws) and not sent.
+    const std::vector<uint64_t>* delivered = plan->delivered_above.empty() ? nullptr : &plan->delivered_above;
+    if (source) source->fast_forward(plan->consumed, plan->sampled, plan->exhausted, &check, delivered);
     load_streams(streams, plan->streams_now, "the checkpoint");
     start.consumed = plan->consumed;
-    start.pending = plan->sampled - plan->consumed;
+    start.pending = plan->sampled - plan->consumed - plan->delivered_above.size();
+    if (delivered) {
+      start.remapped = true;
+      start.delivered_above = plan->delivered_above;
+      start.sampled = plan->sampled;
+      size_t d = 0;
+      for (uint64_t k = plan->consumed; k < plan->sampled; ++k) {
+        if (d < delivered->size() && (*delivered)[d] == k) ++d;
+        else start.pending_original.push_back(k);
+      }
+    }
     start.exhausted = plan->exhausted;
     resume.consumed = plan->consumed;
     resume.worker_rng = plan->worker_rng;
@@ -558,8 +572,12 @@ ResumePlan DataLoader::Iterator::plan() const {
   if (!pos.exact)
     throw ValueError("DataLoader.state_dict(): prefetch_factor * num_workers is above 1023, more tasks in flight than "
                      "the workers' state pages record: lower prefetch_factor for a loader you checkpoint");
-  p.consumed = start_.consumed + pos.consumed;
-  p.sampled = start_.consumed + std::max(pos.sent, start_.pending);
+  if (!state_->options.in_order && !state_->iterable) {
+    out_of_order_position(pos, p);
+  } else {
+    p.consumed = start_.consumed + pos.consumed;
+    p.sampled = start_.consumed + std::max(pos.sent, start_.pending);
+  }
   // A resumed epoch's sampler ran out in fast_forward if the checkpointed one had, before
   // this epoch asked it (without workers: at its end).
   p.exhausted = start_.exhausted || pos.exhausted;
@@ -571,6 +589,37 @@ ResumePlan DataLoader::Iterator::plan() const {
   if (state_->iterable) p.consumed = p.sampled = taken_;  // finished: its batches
   if (backend_) add_check(p);
   return p;
+}
+
+void DataLoader::Iterator::out_of_order_position(const EpochPosition& pos, ResumePlan& p) const {
+  // In the checkpointed epoch's numbering (this epoch may itself be a resumed one that
+  // sent the tasks it had given out first and skipped the ones delivered): every task
+  // below `consumed` was delivered, and those in `delivered_above`.
+  const uint64_t P = start_.remapped ? start_.pending_original.size() : 0;
+  const uint64_t base = start_.remapped ? start_.sampled : start_.consumed;  // this epoch's task P
+  auto original = [&](uint64_t j) { return j < P ? start_.pending_original[j] : base + (j - P); };
+  std::set<uint64_t> had(start_.delivered_above.begin(), start_.delivered_above.end());
+  for (uint64_t j = 0; j < std::min<uint64_t>(pos.consumed, P); ++j) had.insert(original(j));
+  for (uint64_t j : pos.delivered_above) had.insert(original(j));
+  // This epoch's tasks P .. pos.consumed-1 were all delivered: one range of the original.
+  const uint64_t tail_end = base + (pos.consumed > P ? pos.consumed - P : 0);
+  uint64_t low = start_.consumed;
+  while (true) {
+    if (auto it = had.find(low); it != had.end()) {
+      had.erase(it);
+      ++low;
+    } else if (low >= base && low < tail_end) {
+      low = tail_end;
+    } else {
+      break;
+    }
+  }
+  p.consumed = low;
+  for (uint64_t x = std::max(low, base); x < tail_end; ++x) had.insert(x);  // a range above a hole
+  for (uint64_t x : had)
+    if (x > low) p.delivered_above.push_back(x);
+  p.sampled = start_.remapped ? start_.sampled + (pos.sent > P ? pos.sent - P : 0)
+                              : start_.consumed + std::max(pos.sent, start_.pending);
 }
 
 void DataLoader::Iterator::add_check(ResumePlan& p) const {

@@ -97,6 +97,15 @@ class DataLoader {
       uint64_t base_seed = 0;
       uint64_t consumed = 0;  ///< resumed: tasks the checkpointed iterator had consumed
       uint64_t pending = 0;   ///< resumed: tasks it had given out but not consumed
+      /// Resumed from an in_order=false checkpoint that lists batches delivered above
+      /// `consumed`: those (checkpointed epoch's numbering), the checkpointed epoch's
+      /// `sampled`, and the checkpointed epoch's number of each task this epoch sends
+      /// first (the ones it had given out and not delivered).  This epoch's task j is
+      /// pending_original[j], then sampled + (j - pending_original.size()).
+      std::vector<uint64_t> delivered_above;
+      uint64_t sampled = 0;
+      std::vector<uint64_t> pending_original;
+      bool remapped = false;
       bool exhausted = false; ///< resumed: its sampler had run out (it was asked once more)
       /// IterableDataset with workers: each worker's generator state as the epoch began
       /// (none: the state its Init gives); nullopt where it is not known (persistent
@@ -114,6 +123,8 @@ class DataLoader {
     Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state, Start start);
     /// Where the epoch stands (a checkpoint without its streams_now).
     ResumePlan plan() const;
+    /// An in_order=false epoch's position in the checkpointed epoch's numbering, into `p`.
+    void out_of_order_position(const EpochPosition& pos, ResumePlan& p) const;
     /// The samplers' types and the hashes of what the epoch handed out, into `p`.
     void add_check(ResumePlan& p) const;
     /// This iterator goes (destroyed or moved over): if it is the loader's latest, the

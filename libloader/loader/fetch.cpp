@@ -215,7 +215,8 @@ uint64_t TaskSource::skip(uint64_t k) {
   return got;
 }
 
-void TaskSource::fast_forward(uint64_t consumed, uint64_t pulled, bool exhausted, const ReplayCheck* check) {
+void TaskSource::fast_forward(uint64_t consumed, uint64_t pulled, bool exhausted, const ReplayCheck* check,
+                              const std::vector<uint64_t>* delivered) {
   auto fewer = [pulled](uint64_t k) {
     return ValueError("cannot resume the epoch: the checkpoint says its sampler had given " + std::to_string(pulled) +
                       " batches, but this loader's sampler gives only " + std::to_string(k) +
@@ -242,9 +243,14 @@ void TaskSource::fast_forward(uint64_t consumed, uint64_t pulled, bool exhausted
   if (skipped < consumed - verified) throw fewer(verified + skipped);
   if (verified < consumed)  // the chain goes on from the checkpoint's, where it is known
     hashes_->restart_at(consumed, check ? check->at(consumed) : std::nullopt, check ? check->marks : decltype(check->marks){});
+  size_t next_delivered = 0;
   for (uint64_t k = consumed; k < pulled; ++k) {
     auto b = pull();
     if (!b) throw fewer(k);
+    if (delivered && next_delivered < delivered->size() && (*delivered)[next_delivered] == k) {
+      ++next_delivered;  // the application had it: drawn, not given again
+      continue;
+    }
     pending_.push_back(std::move(*b));
   }
   if (check && pulled > consumed) {

@@ -131,7 +131,12 @@ class TaskSource {
   /// checkpoint (consumed..pulled) with its hash; the first batch that differs (or the
   /// range of in-flight ones) is refused with a ValueError.  The skipped tasks between are
   /// not built, so not verified (the cost of a resume stays the sampler's skip).
-  void fast_forward(uint64_t consumed, uint64_t pulled, bool exhausted = false, const ReplayCheck* check = nullptr);
+  ///
+  /// `delivered` (an in_order=false checkpoint): tasks between consumed and pulled the
+  /// application already had, ascending; they are pulled (the sampler's draws, the hash)
+  /// and not given again.
+  void fast_forward(uint64_t consumed, uint64_t pulled, bool exhausted = false, const ReplayCheck* check = nullptr,
+                    const std::vector<uint64_t>* delivered = nullptr);
   /// The hashes of the tasks the sampler gave this pass (kept by the loader's iterator:
   /// the source itself moves into the epoch's pipeline).
   const std::shared_ptr<HashChain>& hashes() const noexcept { return hashes_; }

@@ -111,6 +111,12 @@ Shape shape_of(const LoaderState& s) {
   return out;
 }
 
+Value int_list(const std::vector<uint64_t>& items) {
+  std::vector<Value> out;
+  for (uint64_t x : items) out.push_back(Value(static_cast<int64_t>(x)));
+  return Value::list(std::move(out));
+}
+
 Value state_values(const std::vector<std::string>& items) {
   std::vector<Value> out;
   for (const auto& b : items) out.push_back(state_value(b));
@@ -198,6 +204,7 @@ Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
       {"batches_consumed", Value(static_cast<int64_t>(p.consumed))},
       {"batches_sampled", Value(static_cast<int64_t>(p.sampled))},
       {"sampler_exhausted", Value(p.exhausted)},
+      {"batches_delivered_above", int_list(p.delivered_above)},
       {"streams_at_start", state_values(p.streams_at_start)},
       {"streams_now", state_values(p.streams_now)},
       {"base_seed_drawn", Value(p.base_seed_drawn)},
@@ -267,6 +274,23 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
         std::to_string(shape.batches_per_epoch) + " batches of an epoch: the checkpoint is damaged");
   // Format 1 has no 'sampler_exhausted' (its loaders did not record it): not run out.
   if (state.contains("sampler_exhausted")) p.exhausted = flag_of(state, "sampler_exhausted");
+  // An in_order=false epoch: the batches above 'batches_consumed' the application had
+  // (absent in older checkpoints: none).
+  if (state.contains("batches_delivered_above")) {
+    const Value& v = field(state, "batches_delivered_above");
+    if (!v.is_list()) bad("'batches_delivered_above' must be a list of ints, got " + v.repr().substr(0, 80));
+    for (const Value& x : v.items()) {
+      if (!x.is_int() || x.to_int() <= static_cast<int64_t>(p.consumed) || x.to_int() >= static_cast<int64_t>(p.sampled) ||
+          (!p.delivered_above.empty() && static_cast<uint64_t>(x.to_int()) <= p.delivered_above.back()))
+        bad("'batches_delivered_above' must list, ascending, batches between 'batches_consumed' (" +
+            std::to_string(p.consumed) + ") and 'batches_sampled' (" + std::to_string(p.sampled) + "), and holds " +
+            x.repr().substr(0, 40) + ": the checkpoint is damaged");
+      p.delivered_above.push_back(static_cast<uint64_t>(x.to_int()));
+    }
+    if (!p.delivered_above.empty() && o.in_order)
+      bad("the checkpoint is of a loader with in_order=false (batches after the first one not delivered were "
+          "delivered), this loader has in_order=true: load it into a loader with in_order=false");
+  }
   p.streams_at_start = state_list(state, "streams_at_start");
   p.streams_now = state_list(state, "streams_now");
   for (const auto* list : {&p.streams_at_start, &p.streams_now})
@@ -602,13 +626,19 @@ ResumePlan decode_elastic(const Value& state, const LoaderState& loader) {
   return p;
 }
 
-bool resumable(const LoaderState& state) { return state.options.in_order; }
+bool resumable(const LoaderState& state) {
+  // An IterableDataset's epoch is resumed by taking its results again in order: with
+  // in_order=false and workers, the order it was taken in cannot be made again.
+  return state.options.in_order || !state.iterable || state.options.num_workers == 0;
+}
 
 void check_resumable(const LoaderState& state, const char* what) {
-  if (!state.options.in_order)
+  if (!resumable(state))
     throw ValueError(std::string(what) +
-                     ": with in_order=false the batches delivered so far are not a prefix of the epoch's tasks; "
-                     "use in_order=true (the default) for a loader you checkpoint");
+                     ": an IterableDataset's epoch is resumed by running its workers' streams again and dropping the "
+                     "results already taken, which needs them in the order they were taken; with in_order=false and "
+                     "workers that order is the workers' timing: use in_order=true for an IterableDataset you "
+                     "checkpoint");
 }
 
 }  // namespace loader

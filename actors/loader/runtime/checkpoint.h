@@ -82,8 +82,10 @@ bool is_elastic_checkpoint(const Value& state);
 /// dataset): the plan of its stripe.  ValueError naming what differs.
 ResumePlan decode_elastic(const Value& state, const LoaderState& loader);
 
-/// Whether the loader's epochs can be checkpointed: in_order=true (an IterableDataset's
-/// epoch is replayed from its start, DataLoader::iter_from).
+/// Whether the loader's epochs can be checkpointed: any map-style loader (with
+/// in_order=false the checkpoint lists the batches delivered above the first one not
+/// delivered); an IterableDataset's with workers only with in_order=true (its epoch is
+/// replayed from its start, DataLoader::iter_from).
 bool resumable(const LoaderState& state);
 /// ValueError saying why, unless resumable(state).
 void check_resumable(const LoaderState& state, const char* what);

@@ -24,7 +24,11 @@ class SlabStore;
 
 /// Where a running epoch stands, for a checkpoint (DataLoader::Iterator::state_dict).
 struct EpochPosition {
-  uint64_t consumed = 0;  ///< tasks delivered to the application (batches and errors)
+  /// Tasks delivered to the application (batches and errors); with in_order=false, the
+  /// first task not delivered (every one below it was).
+  uint64_t consumed = 0;
+  /// in_order=false: the tasks above `consumed` already delivered, ascending.
+  std::vector<uint64_t> delivered_above;
   uint64_t sent = 0;      ///< tasks the sampler has given so far
   /// The sampler has run out: it was asked for a task after its last one (and made
   /// whatever draws its pass makes at its end, as RandomSampler's trailing randperm).
@@ -59,6 +63,9 @@ struct ResumePlan {
   bool finished = false;         ///< taken after its epoch ended: the next epoch starts afresh
   uint64_t consumed = 0;         ///< tasks the application had consumed
   uint64_t sampled = 0;          ///< tasks the sampler had given
+  /// in_order=false: tasks between consumed and sampled the application already had,
+  /// ascending (a resumed epoch does not send them again).
+  std::vector<uint64_t> delivered_above;
   /// The sampler had run out (EpochPosition::exhausted): the draws its pass makes at its
   /// end are in streams_now, and a resumed epoch must not make them again.
   bool exhausted = false;

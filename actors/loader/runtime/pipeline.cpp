@@ -244,7 +244,15 @@ EpochPosition Pipeline::position(uint64_t epoch) const {
     throw RuntimeError("DataLoader: the epoch to checkpoint is no longer running");
   const TaskDispatcher& dispatcher = sampling.dispatcher();
   EpochPosition p;
-  p.consumed = next_for_application_locked() - first_task_;
+  if (config_.in_order) {
+    p.consumed = next_for_application_locked() - first_task_;
+  } else {
+    // Results come in any order: the first task the application has not had, and the
+    // ones above it it has.
+    const Handoff& handoff = stages_->handoff();
+    p.consumed = handoff.lowest_not_taken() - first_task_;
+    for (uint64_t task : handoff.taken_above()) p.delivered_above.push_back(task - first_task_);
+  }
   p.sent = dispatcher.next_task() - first_task_;
   p.exhausted = sampling.exhausted();
   p.exact = dispatcher.max_in_flight() + 1 <= rng_slots();
@@ -324,6 +332,7 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
                    TaskDispatcher(num_workers(), config_.prefetch_factor, first_task, config_.in_order,
                                   static_cast<int>(resume.consumed % slots_.size())));
     stages_->reordering().reset(first_task, config_.in_order);
+    stages_->handoff().restart(first_task);
     fatal_.reset();
     stopped_ = false;
     waits_ = 0;
