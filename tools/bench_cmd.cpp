@@ -6,6 +6,7 @@
 //   loader bench --workload W4 --workers 2 --persistent --epochs 4
 //   loader bench --workload W1 --n 1000000 --epochs 1 --checkpoint --checkpoint-at 0.99 [--sampler index-shuffle]
 //   loader bench --workload W1 --n 20000 --ranks 2 --checkpoint-at 0.4 --resume-ranks 3 [--uneven] --dump-indices F.json
+//   loader bench --workload W2 --variant aug --n 2000 --verify --seeding per-task --workers 2 --checkpoint --resume-workers 3
 //   loader bench --memcpy                                  # this machine's copy bandwidth
 //
 // The consumer does what WORKLOADS.md says and nothing more: it adds labels.sum()
@@ -77,6 +78,23 @@ uint64_t tensor_byte_sum(const Tensor& t) {
 uint64_t batch_byte_sum(const Value& batch) {
   uint64_t s = 0;
   batch.for_each_tensor([&](const Tensor& t) { s += tensor_byte_sum(t); });
+  return s;
+}
+
+/// W2's "aug" variant: a random flip and brightness offset (mod 256) leave a byte sum as
+/// it was (nearly all of W2's byte values occur in every row), so its checksum weighs each
+/// byte by its position (1 + position mod 65521) and sees both.
+uint64_t batch_position_sum(const Value& batch) {
+  uint64_t s = 0;
+  batch.for_each_tensor([&](const Tensor& t) {
+    Tensor c = t.is_contiguous() ? t : t.contiguous();
+    const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+    uint64_t w = 1;
+    for (size_t k = 0, n = c.nbytes(); k < n; ++k) {
+      s += w * p[k];
+      if (++w == 65522) w = 1;
+    }
+  });
   return s;
 }
 
@@ -210,6 +228,8 @@ struct BenchOptions {
   bool uneven = false;                  // --ranks: rank r consumes r batches more than rank 0
   std::string dump_indices;             // --ranks: where to write the indices each rank took
   std::string sampler = "random";  // map-style workloads: random (RandomSampler) or index-shuffle
+  std::string seeding = "per-worker";  // DataLoaderOptions::worker_seeding
+  std::optional<int64_t> resume_workers;  // --checkpoint: the resumed loader's num_workers (strict=false)
   int64_t max_worker_restarts = 0;
   double timeout = 0;
   bool memcpy = false;
@@ -245,16 +265,20 @@ int run_memcpy(const BenchOptions& o) {
 /// new loader then loads the checkpoint and resumes: load_state_dict + iter() + the first
 /// batch are timed (the replay of the sampler and, without persistent workers' pool, the
 /// workers' start; for W4, an IterableDataset, the epoch's first part run again), and the
-/// rest of the epoch must have the same checksum.
-int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int64_t batches, double at,
-                   const std::string& tag, bool in_order) {
+/// rest of the epoch must have the same checksum (in_order=false: the same samples).
+/// `resume_workers` other than `workers` (--resume-workers): the new loader has that many
+/// workers and loads with strict=false, which gives the same bytes only with per-task
+/// seeding (or a dataset that draws nothing).
+int run_checkpoint(const std::function<std::unique_ptr<DataLoader>(int workers)>& make, int64_t batches, double at,
+                   const std::string& tag, int workers, int resume_workers, bool in_order,
+                   uint64_t (*sum_of)(const Value&) = batch_byte_sum) {
   // in_order: the rest of the epoch, batch k weighted by k, must be the same bytes.
   // in_order=false: batches come in the workers' order, so the resumed epoch must give
   // the same samples: the same label sum and sample count as the checkpointed
   // iterator's rest (every remaining sample exactly once).
-  auto add = [in_order](uint64_t& sum, uint64_t& count, int64_t k, const Value& b) {
+  auto add = [in_order, sum_of](uint64_t& sum, uint64_t& count, int64_t k, const Value& b) {
     if (in_order) {
-      sum += static_cast<uint64_t>(k) * batch_byte_sum(b);
+      sum += static_cast<uint64_t>(k) * sum_of(b);
       return;
     }
     const Tensor& labels = b[1].to_tensor();
@@ -268,7 +292,7 @@ int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int
   double state_s = 0, save_s = 0;
   uint64_t rest_sum = 0;
   {
-    std::unique_ptr<DataLoader> loader = make();
+    std::unique_ptr<DataLoader> loader = make(workers);
     DataLoader& dl = *loader;
     DataLoader::Iterator it = dl.iter();
     for (int64_t k = 0; k < half; ++k) it.next();
@@ -283,10 +307,12 @@ int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int
   uint64_t resumed_sum = 0;
   double load_s = 0, first_s = 0, rest_s = 0;
   {
-    std::unique_ptr<DataLoader> loader = make();
+    std::unique_ptr<DataLoader> loader = make(resume_workers);
     DataLoader& dl = *loader;
     auto t0 = Clock::now();
-    dl.load_state_dict(pt::load_bytes(bytes));
+    // Into another num_workers: strict=false (the same index batches; the same bytes only
+    // with per-task seeding, or where the workers draw nothing).
+    dl.load_state_dict(pt::load_bytes(bytes), /*strict=*/resume_workers == workers);
     load_s = seconds_since(t0);
     t0 = Clock::now();
     DataLoader::Iterator it = dl.iter();
@@ -300,6 +326,8 @@ int run_checkpoint(const std::function<std::unique_ptr<DataLoader>()>& make, int
   Json j;
   j["checkpoint"] = tag;
   j["checkpoint_at"] = at;
+  j["workers"] = workers;
+  j["resume_workers"] = resume_workers;
   j["batches_before"] = half;
   j["state_dict_s"] = state_s;
   j["save_bytes_s"] = save_s;
@@ -503,9 +531,15 @@ int run_bench(const BenchOptions& o) {
     throw UsageError("--sampler must be random or index-shuffle, got '" + o.sampler + "'");
   if (wl.iterable && o.sampler != "random")
     throw UsageError(std::string("--sampler: ") + wl.name + " is an IterableDataset, which has no sampler");
-  if (wl.iterable ? (variant != "gen" && variant != "batched") : (variant != "gen" && variant != "tensor"))
+  const bool aug = !wl.iterable && std::string(wl.name) == "W2" && variant == "aug";
+  if (wl.iterable ? (variant != "gen" && variant != "batched") : (variant != "gen" && variant != "tensor" && !aug))
     throw UsageError(std::string("--variant for ") + wl.name + " must be " +
-                     (wl.iterable ? "gen or batched" : "tensor or gen"));
+                     (wl.iterable ? "gen or batched" : std::string(wl.name) == "W2" ? "tensor, gen or aug" : "tensor or gen"));
+  if (o.seeding != "per-worker" && o.seeding != "per-task")
+    throw UsageError("--seeding must be per-worker (PyTorch's base_seed + k per worker; default) or per-task, got '" +
+                     o.seeding + "'");
+  const int resume_workers = static_cast<int>(o.resume_workers.value_or(o.workers));
+  if (resume_workers < 0) throw UsageError("--resume-workers must be >= 0");
 
   if (o.ranks < 0 || o.resume_ranks < 0) throw UsageError("--ranks and --resume-ranks must be positive");
   if ((o.ranks > 0) != (o.resume_ranks > 0)) throw UsageError("--ranks and --resume-ranks go together");
@@ -517,7 +551,8 @@ int run_bench(const BenchOptions& o) {
   bench::ProcessTreeSampler mem;  // the system-wide baseline is taken here, before the dataset
   mem.start();
   const std::string tag = std::string(wl.name) + "/" + variant + "/w" + std::to_string(workers) +
-                          (persistent ? "/persistent" : "") + (o.sampler != "random" ? "/" + o.sampler : "");
+                          (persistent ? "/persistent" : "") + (o.sampler != "random" ? "/" + o.sampler : "") +
+                          (o.seeding != "per-worker" ? "/" + o.seeding : "");
 
   // ---- the dataset (materialisation is not timed)
   auto t_setup = Clock::now();
@@ -549,6 +584,7 @@ int run_bench(const BenchOptions& o) {
   opts.in_order = !no_in_order;
   opts.timeout = timeout;
   opts.max_worker_restarts = restarts;
+  opts.worker_seeding = o.seeding == "per-task" ? WorkerSeeding::PerTask : WorkerSeeding::PerWorker;
   if (o.ranks > 0) {
     const int status = run_elastic(map_ds, opts, o, tag);
     mem.stop();
@@ -585,7 +621,7 @@ int run_bench(const BenchOptions& o) {
           batch_pinned = (wl.iterable ? labels : (*batch)[0].to_tensor()).is_pinned();
         }
         ++batches;
-        if (verify) checksum += static_cast<uint64_t>(batches) * batch_byte_sum(*batch);
+        if (verify) checksum += static_cast<uint64_t>(batches) * (aug ? batch_position_sum : batch_byte_sum)(*batch);
       }
       stages = it.stats();
     }
@@ -671,6 +707,7 @@ int run_bench(const BenchOptions& o) {
     j["setup_s"] = setup_s;
     j["quick"] = quick;
     j["verify"] = verify;
+    if (verify) j["checksum_kind"] = aug ? "position-weighted bytes" : "bytes";
     std::cout << j.dump() << std::endl;
 
     std::ostringstream line;
@@ -691,10 +728,18 @@ int run_bench(const BenchOptions& o) {
   }
   dl.reset();
   if (o.checkpoint && status == 0) {
-    auto make = [&]() {
-      return wl.iterable ? std::make_unique<DataLoader>(iter_ds, opts) : std::make_unique<DataLoader>(map_ds, opts);
+    auto make = [&](int num_workers) {
+      DataLoaderOptions with = opts;
+      with.num_workers = num_workers;
+      if (num_workers == 0) {  // refused without workers
+        with.prefetch_factor.reset();
+        with.persistent_workers = false;
+      }
+      return wl.iterable ? std::make_unique<DataLoader>(iter_ds, with) : std::make_unique<DataLoader>(map_ds, with);
     };
-    status = run_checkpoint(make, want_batches, o.checkpoint_at, tag, opts.in_order || wl.iterable);
+    status = run_checkpoint(make, want_batches, o.checkpoint_at,
+                            resume_workers == workers ? tag : tag + "->w" + std::to_string(resume_workers), workers,
+                            resume_workers, opts.in_order || wl.iterable, aug ? batch_position_sum : batch_byte_sum);
   }
   mem.stop();
   return status;
@@ -738,6 +783,13 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--sampler", o->sampler,
                   "W1-W3: random (RandomSampler, PyTorch's order; default) or index-shuffle (IndexShuffleSampler: "
                   "O(1) resume)");
+  cmd->add_option("--seeding", o->seeding,
+                  "worker_seeding: per-worker (PyTorch's base_seed + k; default) or per-task (seeded from base_seed "
+                  "and the batch's index in the epoch: the same batches for any --workers)");
+  cmd->add_option("--resume-workers", o->resume_workers,
+                  "--checkpoint: the resumed loader's num_workers, loaded with strict=false (default --workers)")
+      ->check(kInt64)
+      ->needs(checkpoint);
   cmd->add_option("--max-worker-restarts", o->max_worker_restarts, "max_worker_restarts (default 0)")->check(kInt64);
   cmd->add_option("--timeout", o->timeout, "timeout in seconds (default 0: none)");
   auto* memcpy = cmd->add_flag("--memcpy", o->memcpy, "measure this machine's copy bandwidth instead");

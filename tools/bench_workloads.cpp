@@ -20,6 +20,7 @@
 
 #include "loader/batch_copy.h"
 #include "loader/error.h"
+#include "loader/generator.h"
 #include "loader/worker_info.h"
 
 namespace loader::bench {
@@ -335,8 +336,8 @@ namespace {
 /// "tensor" reads it from the shared memory-mapped file.
 class MapWorkload final : public Dataset {
  public:
-  MapWorkload(int workload, int64_t n, bool in_memory, const std::string& path)
-      : wl_(workload), n_(n) {
+  MapWorkload(int workload, int64_t n, bool in_memory, const std::string& path, bool aug = false)
+      : wl_(workload), n_(n), aug_(aug) {
     if (n <= 0) throw ValueError("n must be positive, got " + std::to_string(n));
     if (in_memory) {
       mapping_ = map_file(path, workload, n);
@@ -371,6 +372,7 @@ class MapWorkload final : public Dataset {
       case 2: w2_image(i, out.data<uint8_t>()); break;
       default: w3_image(i, nullptr, out.data<float>()); break;
     }
+    if (aug_) augment(out.data<uint8_t>());
     return Value::tuple({out, Value(label_of(i))});  // the label as a plain int, as a Python user would
   }
 
@@ -400,6 +402,7 @@ class MapWorkload final : public Dataset {
       case 2: w2_image(i, static_cast<uint8_t*>(leaves[0])); break;
       default: w3_image(i, nullptr, static_cast<float*>(leaves[0])); break;
     }
+    if (aug_) augment(static_cast<uint8_t*>(leaves[0]));
     *label = label_of(i);
   }
 
@@ -429,10 +432,26 @@ class MapWorkload final : public Dataset {
                        " is out of range for a dataset of " + std::to_string(n_) + " samples");
   }
   Dims sample_shape() const { return wl_ == 1 ? Dims{16} : Dims{3, 224, 224}; }
+
+  /// W2's "aug" variant: a random horizontal flip (probability 1/2) and a random
+  /// brightness offset (0..255, added mod 256) per sample, drawn from the default
+  /// generator, i.e. the worker's, as a torchvision transform would: the batches depend
+  /// on how that generator is seeded (DataLoaderOptions::worker_seeding).
+  static void augment(uint8_t* image) {
+    Generator& g = default_generator();
+    const bool flip = (g.random64() & 1) != 0;
+    const auto offset = static_cast<uint8_t>(g.random64() % 256);
+    for (int row = 0; row < 3 * 224; ++row) {
+      uint8_t* p = image + row * 224;
+      if (flip) std::reverse(p, p + 224);
+      for (int w = 0; w < 224; ++w) p[w] = static_cast<uint8_t>(p[w] + offset);
+    }
+  }
   DType sample_dtype() const { return wl_ == 2 ? DType::UInt8 : DType::Float32; }
 
   int wl_;
   int64_t n_;
+  bool aug_;
   std::shared_ptr<Mapping> mapping_;
   const uint8_t* features_ = nullptr;
   const int64_t* labels_ = nullptr;
@@ -492,9 +511,10 @@ std::string param_string(const Value& p, const std::string& key, const std::stri
 
 std::shared_ptr<Dataset> make_map_workload(int wl, const Value& p) {
   const std::string variant = param_string(p, "variant", "gen");
+  if (variant == "aug" && wl == 2) return std::make_shared<MapWorkload>(wl, param_n(p, wl), false, "", true);
   if (variant != "gen" && variant != "tensor")
-    throw ValueError("variant must be 'gen' (generate from the index) or 'tensor' (memory-mapped "
-                     "file), got '" + variant + "'");
+    throw ValueError("variant must be 'gen' (generate from the index), 'tensor' (memory-mapped file) or, for W2, "
+                     "'aug' (generated, then a random flip and offset per sample), got '" + variant + "'");
   const std::string path = param_string(p, "path", "");
   if (variant == "tensor" && path.empty())
     throw ValueError("variant 'tensor' needs 'path': the data file made by MaterializedFile");

@@ -14,6 +14,8 @@
 // Types and parameters (all registered in this file's translation unit, which is
 // linked into the `loader` tool, the worker binary):
 //   bench_w1, bench_w2, bench_w3: {n, variant = "gen" | "tensor", path (tensor only)}
+//                                 W2 also "aug": generated, then a random horizontal flip and
+//                                 brightness offset per sample from the default generator
 //   bench_w4 (iterable):          {n, variant = "gen" (int samples) | "batched" (int64[B]
 //                                  tensors, for batch_size = None), batch_size (batched)}
 // Map-style workloads implement sample_spec()/get_into(), so with the default

@@ -86,7 +86,8 @@ std::string samplers_differ(const ResumePlan& plan, const LoaderState& s) {
 namespace {
 class SingleProcessEpoch final : public EpochBackend {
  public:
-  SingleProcessEpoch(LoaderState& s, std::optional<TaskSource> source) : state_(s) {
+  SingleProcessEpoch(LoaderState& s, std::optional<TaskSource> source, uint64_t base_seed, uint64_t first_index)
+      : state_(s), base_seed_(base_seed), first_index_(first_index) {
     // worker_init_fn is not called with num_workers = 0, as in PyTorch.
     if (s.dataset) {
       tasks_ = std::move(source);
@@ -107,8 +108,18 @@ class SingleProcessEpoch final : public EpochBackend {
         exhausted_ = true;  // the sampler's pass made its last draws
         return std::nullopt;
       }
+      const uint64_t index = first_index_ + consumed_;
       ++consumed_;  // consumed also when its fetch throws, as PyTorch's index is
-      batch = map_fetcher_->fetch(*indices);
+      if (state_.options.worker_seeding == WorkerSeeding::PerTask) {
+        // The batch draws from its own generator, as a worker's task would: the calling
+        // thread's default generator (the sampler's and base_seed's, when no generator
+        // was given) is left as it was.
+        Generator task_generator(task_seed(base_seed_, index));
+        DefaultGeneratorScope scope(task_generator);
+        batch = map_fetcher_->fetch(*indices);
+      } else {
+        batch = map_fetcher_->fetch(*indices);
+      }
     } else {
       size_t n = static_cast<size_t>(state_.options.batch_size.value_or(1));
       batch = iter_fetcher_->fetch(n);
@@ -145,6 +156,8 @@ class SingleProcessEpoch final : public EpochBackend {
   }
 
   LoaderState& state_;
+  const uint64_t base_seed_;
+  const uint64_t first_index_;
   std::optional<TaskSource> tasks_;
   std::optional<MapFetcher> map_fetcher_;
   std::optional<IterableFetcher> iter_fetcher_;
@@ -155,8 +168,9 @@ class SingleProcessEpoch final : public EpochBackend {
 };
 }  // namespace
 
-std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state, std::optional<TaskSource> source) {
-  return std::make_unique<SingleProcessEpoch>(state, std::move(source));
+std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state, std::optional<TaskSource> source,
+                                                         uint64_t base_seed, uint64_t first_index) {
+  return std::make_unique<SingleProcessEpoch>(state, std::move(source), base_seed, first_index);
 }
 
 // ------------------------------------------------------------------ DataLoader
@@ -378,7 +392,7 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
     }
   }
   std::unique_ptr<EpochBackend> backend;
-  if (s.options.num_workers == 0) backend = make_single_process_epoch(s, std::move(source));
+  if (s.options.num_workers == 0) backend = make_single_process_epoch(s, std::move(source), base_seed, start.consumed);
   else backend = runtime::make_multi_process_epoch(state_, base_seed, std::move(source), std::move(resume));
   Iterator it(std::move(backend), state_, std::move(start));
   it.yielded_ = static_cast<int64_t>(it.start_.consumed);

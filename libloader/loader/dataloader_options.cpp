@@ -22,6 +22,10 @@ std::optional<int> pin_device_index(const std::string& device) {
   return std::stoi(digits);
 }
 
+const char* worker_seeding_name(WorkerSeeding s) {
+  return s == WorkerSeeding::PerTask ? "per-task" : "per-worker";
+}
+
 void validate_options(const DataLoaderOptions& o, bool iterable) {
   if (o.num_workers < 0)
     throw ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.");
@@ -78,6 +82,13 @@ void validate_options(const DataLoaderOptions& o, bool iterable) {
     throw ValueError("worker_init_fn is a function object, which cannot run in worker processes; register it with LOADER_REGISTER_WORKER_INIT_FN(\"name\", fn) and set worker_init_fn_name = \"name\"");
   if (o.max_worker_restarts < 0)
     throw ValueError("max_worker_restarts should be non-negative, but got " + std::to_string(o.max_worker_restarts));
+  if (o.worker_seeding == WorkerSeeding::PerTask && iterable)
+    throw ValueError("worker_seeding=PerTask needs a map-style dataset: an IterableDataset's draws run on across a "
+                     "worker's batches, so they cannot be seeded per index batch; use WorkerSeeding::PerWorker");
+  if (o.worker_seeding == WorkerSeeding::PerTask && o.persistent_workers)
+    throw ValueError("worker_seeding=PerTask needs persistent_workers=false: the per-task seeds are handed to the "
+                     "workers with each epoch's configuration, which persistent workers get once; use "
+                     "persistent_workers=false or WorkerSeeding::PerWorker");
   if (!o.collate_fn_name.empty()) (void)find_collate_fn(o.collate_fn_name);
   if (!o.worker_init_fn_name.empty()) (void)find_worker_init_fn(o.worker_init_fn_name);
 }

@@ -25,6 +25,20 @@ namespace loader {
 /// stepping through a dataset in a debugger).
 enum class WorkerMode { Process, InProcess };
 
+/// How a worker's default generator is seeded (DataLoaderOptions::worker_seeding).
+///   PerWorker: PyTorch's: worker k is seeded base_seed + k once, and its stream runs on
+///              across its tasks, so the draws of a batch depend on which worker ran it
+///              and on what that worker ran before (they change with num_workers).
+///   PerTask:   the generator is seeded task_seed(base_seed, i) (generator.h) before the
+///              epoch's i-th index batch, in a worker and with num_workers = 0 alike: a
+///              batch's draws depend on (base_seed, i) only, so the batches are the same
+///              for any num_workers and a checkpoint resumes byte for byte into another
+///              num_workers (strict=false).
+enum class WorkerSeeding { PerWorker, PerTask };
+
+/// "per-worker" / "per-task" (checkpoints, messages).
+const char* worker_seeding_name(WorkerSeeding s);
+
 struct DataLoaderOptions {
   /// Samples per batch. nullopt disables automatic batching: the loader yields
   /// single samples (passed through collate_fn / default_convert).  Default 1.
@@ -98,6 +112,12 @@ struct DataLoaderOptions {
   /// Keep worker processes (and their shared-memory slabs) alive between epochs.
   /// Requires num_workers > 0.  Default false.
   bool persistent_workers = false;
+
+  /// How each worker's default generator is seeded (WorkerSeeding above).  PerTask
+  /// needs a map-style dataset and persistent_workers=false (ValueError otherwise): an
+  /// iterable stream's draws run on across a worker's batches, and persistent workers
+  /// get their configuration once, not each epoch.  Default PerWorker (PyTorch's).
+  WorkerSeeding worker_seeding = WorkerSeeding::PerWorker;
 
   /// Deliver batches in sampler order (true) or as soon as they are ready (false).
   /// Default true.

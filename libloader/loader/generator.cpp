@@ -26,6 +26,13 @@ DefaultGeneratorScope::~DefaultGeneratorScope() { tls_override = previous_; }
 
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 
+uint64_t task_seed(uint64_t base_seed, uint64_t index) {
+  uint64_t z = base_seed + (index + 1) * 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 std::vector<int64_t> randperm(int64_t n, Generator& g) {
   std::vector<int64_t> r(static_cast<size_t>(n > 0 ? n : 0));
   for (int64_t i = 0; i < n; ++i) r[static_cast<size_t>(i)] = i;

@@ -147,6 +147,13 @@ Generator& default_generator();
 /// torch.manual_seed(seed): re-seeds the default generator.
 void manual_seed(uint64_t seed);
 
+/// The seed of the epoch's index batch `index` under WorkerSeeding::PerTask: output
+/// `index` of splitmix64 started at `base_seed`, i.e. the finaliser of
+/// base_seed + (index + 1) * 0x9E3779B97F4A7C15.  Neighbouring indices get unrelated
+/// seeds (a plain base_seed + index would give related mt19937 streams' seeds); the
+/// generator takes the low 32 bits, as torch's manual_seed does.
+uint64_t task_seed(uint64_t base_seed, uint64_t index);
+
 /// Makes `g` the calling thread's default_generator() for the scope's lifetime.
 class DefaultGeneratorScope {
  public:

@@ -1198,6 +1198,40 @@ TEST(WorkerDeath, RestartIsByteIdenticalWithADatasetThatDrawsRandomNumbers) {
   expect_nothing_left();
 }
 
+TEST(WorkerDeath, PerTaskSeedingRestartGivesTheBatchesOfNoWorkers) {
+  // A restarted worker runs its held tasks again, each seeded from (base_seed, its index
+  // in the epoch): the batches are those of a run without workers, draws included.
+  DataLoaderOptions o;
+  o.batch_size = 4;
+  o.generator = std::make_shared<Generator>(5);
+  o.worker_seeding = WorkerSeeding::PerTask;
+  auto ds = [] { return make_dataset({"test_random_draws", Value::dict({{"n", 120}, {"delay_ms", 1}})}); };
+  {
+    std::vector<Value> expected;
+    {
+      DataLoader none(ds(), o);
+      expected = all_batches(none);
+    }
+    o.num_workers = 2;
+    o.max_worker_restarts = 2;
+    for (int victim = 0; victim < 2; ++victim) {
+      o.generator = std::make_shared<Generator>(5);
+      WarningCapture capture;
+      DataLoader dl(ds(), o);
+      std::vector<Value> got;
+      all_batches_killing(dl, 5, static_cast<size_t>(victim), got);
+      EXPECT_EQ(count_containing(capture.messages(), "restart 1 of 2"), 1);
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(got[i][0].to_tensor().bitwise_equal(expected[i][0].to_tensor()))
+            << "victim " << victim << ", batch " << i << ": other random draws than without workers";
+        EXPECT_TRUE(got[i][1].to_tensor().equal(expected[i][1].to_tensor())) << "batch " << i;
+      }
+    }
+  }
+  expect_nothing_left();
+}
+
 /// Runs `argv` with stdout+stderr into a string; waits at most `seconds`.
 std::pair<int, std::string> run_program(std::vector<std::string> args, int seconds) {
   char path[] = "/tmp/loader_test_outXXXXXX";

@@ -379,6 +379,9 @@ TEST(WorkerConfig, RoundTripsThroughAValue) {
   c.drop_last = true;
   c.collate_fn_name = "some_collate";
   c.worker_init_fn_name = "some_init";
+  c.per_task_seeding = true;
+  c.base_seed = (1ULL << 63) + 9;
+  c.task_base = ~0ULL - 2;  // a resumed epoch's: the first task id less the batches consumed, mod 2^64
   std::string bytes;
   encode_value(c.to_value(), bytes);
   WorkerConfig d = WorkerConfig::from_value(decode_value(bytes));
@@ -393,6 +396,9 @@ TEST(WorkerConfig, RoundTripsThroughAValue) {
   EXPECT_EQ(d.drop_last, c.drop_last);
   EXPECT_EQ(d.collate_fn_name, c.collate_fn_name);
   EXPECT_EQ(d.worker_init_fn_name, c.worker_init_fn_name);
+  EXPECT_EQ(d.per_task_seeding, c.per_task_seeding);
+  EXPECT_EQ(d.base_seed, c.base_seed);
+  EXPECT_EQ(d.task_base, c.task_base);
 }
 
 TEST(WorkerReply, EveryKindRoundTripsThroughItsFrame) {

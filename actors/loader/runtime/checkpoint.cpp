@@ -196,6 +196,9 @@ Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
       {"format", Value(kFormat)},
       {"num_workers", Value(static_cast<int64_t>(o.num_workers))},
       {"persistent_workers", Value(o.persistent_workers)},
+      // How the workers' generators were seeded: a per-task epoch resumes byte for byte
+      // into any num_workers, a per-worker one only into the same workers.
+      {"worker_seeding", Value(std::string(worker_seeding_name(o.worker_seeding)))},
       {"dataset_size", Value(shape.dataset_size)},
       {"batch_size", Value(shape.batch_size)},
       {"drop_last", Value(shape.drop_last)},
@@ -241,13 +244,31 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
   if (strict && workers != static_cast<uint64_t>(o.num_workers))
     bad("the checkpoint is of a loader with num_workers=" + std::to_string(workers) + ", this one has num_workers=" +
         std::to_string(o.num_workers) +
-        ": each worker's random stream is resumed, so use the same num_workers as the loader checkpointed (or "
-        "load_state_dict(state, /*strict=*/false): the same batches of indices, other random draws in the workers)");
+        (o.worker_seeding == WorkerSeeding::PerTask
+             ? ": load_state_dict(state, /*strict=*/false) resumes it into this loader (seeded per task: the same "
+               "batches, random draws included), or use the same num_workers"
+             : ": each worker's random stream is resumed, so use the same num_workers as the loader checkpointed (or "
+               "load_state_dict(state, /*strict=*/false): the same batches of indices, other random draws in the "
+               "workers)"));
   if (strict && persistent != o.persistent_workers)
     bad(std::string("the checkpoint is of a loader with persistent_workers=") +
         (o.persistent_workers ? "false" : "true") + ", this one has persistent_workers=" +
         (o.persistent_workers ? "true" : "false") +
         ": use the same setting as the loader checkpointed (or load_state_dict(state, /*strict=*/false))");
+  // Absent (format 1, earlier format 2): the loader seeded per worker, PyTorch's way.
+  std::string theirs_seeding = "per-worker";
+  if (state.contains("worker_seeding")) {
+    const Value& v = state.at("worker_seeding");
+    if (!v.is_string())
+      bad("'worker_seeding' must be a string (\"per-worker\" or \"per-task\"), got " + v.repr().substr(0, 80) +
+          ": the checkpoint is damaged");
+    theirs_seeding = v.to_string();
+  }
+  if (theirs_seeding != worker_seeding_name(o.worker_seeding))
+    bad("the checkpoint is of a loader with worker_seeding=" + theirs_seeding + ", this one has worker_seeding=" +
+        worker_seeding_name(o.worker_seeding) +
+        ": the workers' random draws of the rest of the epoch follow the seeding, so set "
+        "DataLoaderOptions::worker_seeding as the loader checkpointed did");
   const Shape shape = shape_of(loader);
   auto same = [&](const std::string& key, int64_t mine, const std::string& what) {
     const int64_t theirs = int_of(state, key);

@@ -159,7 +159,11 @@ class LoaderState {
 
 /// num_workers == 0: fetch in the calling thread.  `source`: the index stream
 /// (map-style datasets), made by the caller.
-std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state, std::optional<TaskSource> source);
+/// `base_seed`, `first_index`: with WorkerSeeding::PerTask each index batch is loaded
+/// under a generator seeded task_seed(base_seed, its index in the epoch), the first one
+/// taken being `first_index` (a resumed epoch's consumed batches).
+std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state, std::optional<TaskSource> source,
+                                                         uint64_t base_seed = 0, uint64_t first_index = 0);
 
 namespace runtime {
 /// num_workers > 0: the actor runtime with worker processes (runtime.cpp).  `source`:

@@ -312,6 +312,12 @@ bool Pipeline::reinit(std::vector<WorkerConfig> workers) {
   return true;
 }
 
+uint64_t Pipeline::next_first_task() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const SamplerStage& sampling = stages_->sampling();
+  return sampling.active() ? std::max(next_task_, sampling.dispatcher().next_task()) : next_task_;
+}
+
 uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_streams, EpochResume resume) {
   uint64_t id;
   {

@@ -149,6 +149,9 @@ class Pipeline final : public LinkEvents,
   /// persistent workers restart their iterable streams.
   /// `resume`: where a resumed epoch starts (a checkpoint's position).
   uint64_t begin_epoch(std::optional<TaskSource> source, bool reset_streams, EpochResume resume = {});
+  /// The id the next begin_epoch() gives its first task (WorkerSeeding::PerTask: the
+  /// workers' configurations name it, reinit() before begin_epoch()).
+  uint64_t next_first_task() const;
   /// Where epoch `epoch` stands (DataLoader::Iterator::state_dict).  Application thread;
   /// reads the workers' state pages while they run.  Throws RuntimeError for an epoch
   /// that is not the current one.

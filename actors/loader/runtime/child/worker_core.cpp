@@ -20,7 +20,10 @@ Value WorkerConfig::to_value() const {
                       {"batch_size", batch_size},
                       {"drop_last", drop_last},
                       {"collate_fn_name", collate_fn_name},
-                      {"worker_init_fn_name", worker_init_fn_name}});
+                      {"worker_init_fn_name", worker_init_fn_name},
+                      {"per_task_seeding", per_task_seeding},
+                      {"base_seed", static_cast<int64_t>(base_seed)},
+                      {"task_base", static_cast<int64_t>(task_base)}});
 }
 
 WorkerConfig WorkerConfig::from_value(const Value& v) {
@@ -35,6 +38,9 @@ WorkerConfig WorkerConfig::from_value(const Value& v) {
   c.drop_last = v.at("drop_last").to_bool();
   c.collate_fn_name = v.at("collate_fn_name").to_string();
   c.worker_init_fn_name = v.at("worker_init_fn_name").to_string();
+  c.per_task_seeding = v.at("per_task_seeding").to_bool();
+  c.base_seed = static_cast<uint64_t>(v.at("base_seed").to_int());
+  c.task_base = static_cast<uint64_t>(v.at("task_base").to_int());
   return c;
 }
 
@@ -208,6 +214,9 @@ void WorkerCore::account(WorkerReply& r, std::chrono::steady_clock::time_point s
 }
 
 WorkerReply WorkerCore::run(uint64_t task, const IndexBatch& indices, uint64_t slab) {
+  // Seeded here, so a task run again (a restarted worker's held tasks, after a SetRng
+  // from the state page) draws what its first run drew.  Task ids wrap as u64 do.
+  if (config_.per_task_seeding) generator_.manual_seed(task_seed(config_.base_seed, task - config_.task_base));
   WorkerScope scope(generator_, info_);
   WorkerReply r;
   r.task = task;

@@ -38,6 +38,13 @@ struct WorkerConfig {
   bool drop_last = false;
   std::string collate_fn_name;
   std::string worker_init_fn_name;
+  /// WorkerSeeding::PerTask: before each task the generator is seeded
+  /// task_seed(base_seed, task - task_base), task_base being the (pipeline-wide) id of
+  /// the epoch's index batch 0, so the seed depends on the batch's place in the epoch
+  /// only, not on the worker or on what it ran before.
+  bool per_task_seeding = false;
+  uint64_t base_seed = 0;
+  uint64_t task_base = 0;
 
   Value to_value() const;
   static WorkerConfig from_value(const Value& v);

@@ -21,7 +21,9 @@ class WorkerPool;
 class Pipeline;
 
 /// Builds a pool for `state`'s dataset and options, workers seeded base_seed + id.
-std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_seed);
+/// `first_index`: the epoch's first task is its index batch `first_index` (a resumed
+/// epoch's consumed batches; WorkerSeeding::PerTask seeds by the index in the epoch).
+std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_seed, uint64_t first_index = 0);
 
 /// Pids of the pool's worker processes (-1 for in-process workers); for tests.
 std::vector<int> worker_pids(WorkerPool& pool);

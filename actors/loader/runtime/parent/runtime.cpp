@@ -59,8 +59,9 @@ void check_worker_number(LoaderState& state) {
 // ------------------------------------------------------------------ worker pool
 class WorkerPool final : public ExitTeardown {
  public:
-  WorkerPool(LoaderState& state, uint64_t base_seed) : base_seed(base_seed), system_(acquire_system()) {
-    start(state, base_seed);
+  WorkerPool(LoaderState& state, uint64_t base_seed, uint64_t first_index)
+      : base_seed(base_seed), system_(acquire_system()) {
+    start(state, base_seed, first_index);
     register_at_exit(this);
   }
 
@@ -82,7 +83,7 @@ class WorkerPool final : public ExitTeardown {
   }
 
  private:
-  void start(LoaderState& state, uint64_t base_seed) {
+  void start(LoaderState& state, uint64_t base_seed, uint64_t first_index) {
     if (started_as_worker_without_worker_main()) refuse_workers_in_worker_process();
     const auto& o = state.options;
     check_worker_number(state);
@@ -93,7 +94,7 @@ class WorkerPool final : public ExitTeardown {
     cfg.max_restarts = o.max_worker_restarts;
     cfg.in_process = o.worker_mode == WorkerMode::InProcess;
     cfg.executable = o.worker_executable;
-    cfg.workers = worker_configs(state, base_seed);
+    cfg.workers = worker_configs(state, base_seed, 0 - first_index);  // a new pipeline's first task is 0
     // Slabs sized before the first task when the dataset describes its samples.
     if (state.dataset && state.auto_collation && o.collate_fn_name.empty() && o.batch_size) {
       if (auto spec = state.dataset->sample_spec()) cfg.batch_bytes = batch_bytes_of(*spec, *o.batch_size);
@@ -141,8 +142,9 @@ class WorkerPool final : public ExitTeardown {
   }
 
  public:
-  /// The configuration of every worker for an epoch seeded with `base_seed`.
-  static std::vector<WorkerConfig> worker_configs(const LoaderState& state, uint64_t base_seed) {
+  /// The configuration of every worker for an epoch seeded with `base_seed`, whose index
+  /// batch 0 is (or would have been, for a resumed epoch) task `task_base`.
+  static std::vector<WorkerConfig> worker_configs(const LoaderState& state, uint64_t base_seed, uint64_t task_base) {
     const auto& o = state.options;
     const DatasetBase* ds = state.dataset ? static_cast<const DatasetBase*>(state.dataset.get())
                                           : static_cast<const DatasetBase*>(state.iterable.get());
@@ -159,6 +161,9 @@ class WorkerPool final : public ExitTeardown {
       c.drop_last = o.drop_last;
       c.collate_fn_name = o.collate_fn_name;
       c.worker_init_fn_name = o.worker_init_fn_name;
+      c.per_task_seeding = o.worker_seeding == WorkerSeeding::PerTask;
+      c.base_seed = base_seed;
+      c.task_base = task_base;
       out.push_back(std::move(c));
     }
     return out;
@@ -166,8 +171,8 @@ class WorkerPool final : public ExitTeardown {
 
   /// Makes the (idle) workers start afresh for an epoch seeded with `base_seed`; false
   /// (nothing changed) when one of them is dead or restarting.
-  bool reinit(const LoaderState& state, uint64_t seed) {
-    if (!pipeline_->reinit(worker_configs(state, seed))) return false;
+  bool reinit(const LoaderState& state, uint64_t seed, uint64_t first_index) {
+    if (!pipeline_->reinit(worker_configs(state, seed, pipeline_->next_first_task() - first_index))) return false;
     base_seed = seed;
     return true;
   }
@@ -185,8 +190,8 @@ class WorkerPool final : public ExitTeardown {
   const pid_t owner_ = getpid();  // the process whose workers these are
 };
 
-std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_seed) {
-  return std::make_shared<WorkerPool>(state, base_seed);
+std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_seed, uint64_t first_index) {
+  return std::make_shared<WorkerPool>(state, base_seed, first_index);
 }
 
 std::vector<int> worker_pids(WorkerPool& pool) { return pool.pipeline().pids(); }
@@ -212,7 +217,7 @@ class MultiProcessEpoch final : public EpochBackend {
       s.persistent_pool.reset();
     if (s.options.persistent_workers && s.persistent_pool) {
       pool_ = s.persistent_pool;
-    } else if (!s.options.persistent_workers && s.idle_pool && s.idle_pool->reinit(s, base_seed)) {
+    } else if (!s.options.persistent_workers && s.idle_pool && s.idle_pool->reinit(s, base_seed, resume.consumed)) {
       // The workers of the last epoch start afresh: dataset rebuilt from its handle,
       // new seeds, worker_init_fn again, as new processes would; their processes,
       // mappings and slabs are kept (no spawn, no first-touch page faults).  A pool
@@ -220,7 +225,7 @@ class MultiProcessEpoch final : public EpochBackend {
       pool_ = std::move(s.idle_pool);
     } else {
       s.idle_pool.reset();
-      pool_ = make_worker_pool(s, base_seed);
+      pool_ = make_worker_pool(s, base_seed, resume.consumed);
       if (s.options.persistent_workers) s.persistent_pool = pool_;
     }
     // On persistent workers a live epoch of an older iterator ends here: the
