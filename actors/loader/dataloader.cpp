@@ -413,6 +413,11 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
         " (counting from 1) differs from the checkpointed iterator's (shapes, dtypes, first and last 64 bytes): the "
         "dataset's stream is not the one checkpointed (other data, or another dataset)");
   };
+  if (replay > 0)
+    warn("DataLoader: resuming the IterableDataset " +
+         s.iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type + " mid-epoch replays its first " +
+         std::to_string(replay) + " result(s) (its stream runs again from the epoch's start and they are dropped): "
+         "an IterableDataset has no position the checkpoint can save");
   for (uint64_t k = 0; k < replay; ++k) {
     std::optional<Value> batch;
     try {
