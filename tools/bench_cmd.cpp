@@ -765,7 +765,7 @@ void add_bench_command(CLI::App& app) {
   in_order->excludes(no_in_order);
   cmd->add_flag("--quick", o->quick, "a small N and 2 epochs");
   cmd->add_flag("--verify", o->verify, "also checksum every byte of every batch (timings not comparable)");
-  cmd->add_flag("--checkpoint", o->checkpoint,
+  auto* checkpoint = cmd->add_flag("--checkpoint", o->checkpoint,
                 "then time a mid-epoch checkpoint (state_dict) and its resume in a new loader, checking that the "
                 "resumed batches are the same bytes (W4, an IterableDataset, resumes by running its epoch again)");
   auto* at = cmd->add_option("--checkpoint-at", o->checkpoint_at,
