@@ -339,7 +339,7 @@ TEST_F(PipelineScripted, ARestartIsTheSupervisorsAndResendsHeldTasksAfterTheFirs
   EXPECT_EQ(pipeline_->worker_state(1), WorkerLifecycle::State::Running);
 }
 
-TEST_F(PipelineScripted, ATaskOfAWorkerThatDiesMidTaskIsReissuedExactlyOnce) {
+TEST_F(PipelineScripted, TheSamplerActorsTaskToAWorkerThatDiesMidTaskIsReissuedExactlyOnce) {
   make(2, /*prefetch=*/1, /*max_restarts=*/2);
   const uint64_t epoch = pipeline_->begin_epoch(batches_of(8, 2), false);  // tasks 0-3
   auto w0 = take_tasks(0);
