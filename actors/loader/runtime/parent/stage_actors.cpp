@@ -10,7 +10,8 @@ namespace loader::runtime {
 StageActors::StageActors(caf::actor_system& sys, int workers, WorkerStage& stage, std::shared_ptr<SlabStore> slabs)
     : exec_(sys) {
   // Downstream first: each actor is spawned with the handles it sends to.  The
-  // sampler's task sinks are the links, spawned after it (they tell it what finished).
+  // sampler's task sinks are the links, spawned after it (they tell it when a worker's
+  // stream ran dry).
   pin_ = spawn_pin_actor(sys, &handoff_, std::move(slabs), &stage);
   reorder_ = spawn_reorder_actor(sys, &reordering_, pin_, &stage);
   sampler_ = spawn_sampler_actor(sys, &sampling_, &links_, &stage);
@@ -18,6 +19,7 @@ StageActors::StageActors(caf::actor_system& sys, int workers, WorkerStage& stage
 }
 
 void StageActors::deliver(int worker, result_msg r) {
+  if (worker < 0 || static_cast<size_t>(worker) >= links_.size()) return;  // stopped
   link_proxy(links_[static_cast<size_t>(worker)])->deliver(std::move(r), &exec_);
 }
 
