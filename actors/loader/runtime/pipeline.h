@@ -4,9 +4,10 @@
 //
 //   sampler actor  SamplerStage: TaskSource (the index stream) + TaskDispatcher
 //                  (credits, PyTorch's round robin, the in_order=false capacity rule)
-//   link actor k   worker slot k (WorkerStage, implemented here): a task is held until
-//                  answered, sent with a slab over the task ring (or the socket); a
-//                  result from the ring or the socket goes on to the reorder stage
+//   link actor k   worker slot k (WorkerStage, implemented here), a CAF actor proxy
+//                  (link_actor.h): a task sent to it is held until answered and sent
+//                  at once with a slab over the task ring (or the socket); a result
+//                  from the ring or the socket goes on to the reorder stage
 //   reorder actor  ReorderBuffer: results leave in task order (or completion order)
 //   pin actor      Handoff: each result handed over, marked page-locked when its slab
 //                  is (SlabStore pins a slab once, when made)
@@ -16,9 +17,10 @@
 // costs mailbox messages but no thread hand-off or wake-up (the measurement that chose
 // this is in docs/architecture.md):
 //
-//   application thread  next(): takes the Result frames the workers published in the
-//                       result rings (shared memory, no system call) and gives each to
-//                       its link actor; runs the strand (link -> reorder -> pin); takes
+//   application thread  next(): when the handoff is empty, takes the Result frames the
+//                       workers published in the result rings (shared memory, no system
+//                       call) and gives each to its link actor; runs the strand
+//                       (reorder -> pin); takes
 //                       the next handed-over result, sends the sampler its credit back
 //                       and runs the strand again (the sampler's next task goes to a
 //                       link, which posts it in the worker's task ring; the worker is
