@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "loader/detail/splitmix64.h"
 #include "loader/error.h"
 
 namespace loader {
@@ -117,20 +118,15 @@ std::optional<Value> IterableFetcher::fetch(size_t n) {
 namespace loader {
 
 namespace {
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 bool is_mark(uint64_t count) { return count <= HashChain::kExact || (count & (count - 1)) == 0; }
 }  // namespace
 
-uint64_t HashChain::chain(uint64_t h, uint64_t item_hash) { return mix64(h ^ mix64(item_hash + 0x9e3779b97f4a7c15ULL)); }
+uint64_t HashChain::chain(uint64_t h, uint64_t item_hash) { return detail::splitmix64_mix(h ^ detail::splitmix64_mix(item_hash + detail::kSplitmix64Gamma)); }
 
 uint64_t HashChain::of_indices(const IndexBatch& indices) {
-  uint64_t h = mix64(indices.size());
-  for (int64_t i : indices) h = (h ^ static_cast<uint64_t>(i)) * 0x100000001b3ULL + 0x9e3779b97f4a7c15ULL;
-  return mix64(h);
+  uint64_t h = detail::splitmix64_mix(indices.size());
+  for (int64_t i : indices) h = (h ^ static_cast<uint64_t>(i)) * 0x100000001b3ULL + detail::kSplitmix64Gamma;
+  return detail::splitmix64_mix(h);
 }
 
 void HashChain::add(uint64_t item_hash) {

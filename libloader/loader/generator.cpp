@@ -10,6 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "loader/detail/splitmix64.h"
+
 namespace loader {
 
 namespace {
@@ -27,10 +29,7 @@ DefaultGeneratorScope::~DefaultGeneratorScope() { tls_override = previous_; }
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
 
 uint64_t task_seed(uint64_t base_seed, uint64_t index) {
-  uint64_t z = base_seed + (index + 1) * 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+  return detail::splitmix64_mix(base_seed + (index + 1) * detail::kSplitmix64Gamma);
 }
 
 std::vector<int64_t> randperm(int64_t n, Generator& g) {

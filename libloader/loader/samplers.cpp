@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "loader/detail/splitmix64.h"
 #include "loader/error.h"
 
 namespace loader {
@@ -396,7 +397,7 @@ class KeyedShuffle {
     lo_mask_ = (uint64_t{1} << lo_bits_) - 1;
     hi_mask_ = (uint64_t{1} << (bits - lo_bits_)) - 1;
     uint64_t state = key;
-    for (auto& k : round_keys_) k = splitmix64(state);
+    for (auto& k : round_keys_) k = detail::splitmix64_next(state);
   }
 
   /// Position k in [0, n) -> its index: the Feistel permutation of [0, 2^b), applied
@@ -411,18 +412,6 @@ class KeyedShuffle {
  private:
   static constexpr int kRounds = 8;
 
-  /// splitmix64: advances `state` and returns its next output.
-  static uint64_t splitmix64(uint64_t& state) {
-    state += 0x9e3779b97f4a7c15ULL;
-    return mix(state);
-  }
-  /// The splitmix64 finaliser: a bijective 64-bit mix in which every input bit moves every
-  /// output bit.
-  static uint64_t mix(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
 
   /// Each round XORs one half with a keyed mix of the other, which it leaves as it is:
   /// invertible whatever the halves' sizes (b odd: the high half is a bit longer).
@@ -430,8 +419,8 @@ class KeyedShuffle {
     uint64_t lo = x & lo_mask_;
     uint64_t hi = x >> lo_bits_;
     for (int r = 0; r < kRounds; ++r) {
-      if (r % 2 == 0) lo ^= mix(hi ^ round_keys_[r]) & lo_mask_;
-      else hi ^= mix(lo ^ round_keys_[r]) & hi_mask_;
+      if (r % 2 == 0) lo ^= detail::splitmix64_mix(hi ^ round_keys_[r]) & lo_mask_;
+      else hi ^= detail::splitmix64_mix(lo ^ round_keys_[r]) & hi_mask_;
     }
     return (hi << lo_bits_) | lo;
   }

@@ -301,8 +301,7 @@ bool Pipeline::reinit(std::vector<WorkerConfig> workers) {
     config_.workers = std::move(workers);
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
-      s.rng_floor = stages_->sampling().active() ? std::max(next_task_, stages_->sampling().dispatcher().next_task())
-                                                 : next_task_;
+      s.rng_floor = next_first_task_locked();
       s.renewed = true;
       s.resume_rng.reset();  // a fresh generator from the new configuration
       queue_locked(static_cast<int>(w), FrameType::Init, encoded_config(config_.workers[w]));
@@ -314,6 +313,11 @@ bool Pipeline::reinit(std::vector<WorkerConfig> workers) {
 
 uint64_t Pipeline::next_first_task() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return next_first_task_locked();
+}
+
+uint64_t Pipeline::next_first_task_locked() const {
+  // Task ids never repeat: tasks of an epoch that ended early may still be held.
   const SamplerStage& sampling = stages_->sampling();
   return sampling.active() ? std::max(next_task_, sampling.dispatcher().next_task()) : next_task_;
 }
@@ -330,8 +334,7 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     ++epochs_started_;
     epoch_ = epochs_started_;
     SamplerStage& sampling = stages_->sampling();
-    // Task ids never repeat: tasks of an epoch that ended early may still be held.
-    if (sampling.active()) next_task_ = std::max(next_task_, sampling.dispatcher().next_task());
+    next_task_ = next_first_task_locked();
     const uint64_t first_task = next_task_;
     first_task_ = first_task;
     sampling.begin(std::move(source), iterable_,
@@ -682,9 +685,8 @@ void Pipeline::end_epoch(uint64_t epoch) {
   std::lock_guard<std::mutex> lock(mu_);
   if (epoch != epoch_) return;  // already ended, or replaced by a newer epoch
   stopped_ = true;
-  SamplerStage& sampling = stages_->sampling();
-  sampling.halt();  // no more sampler draws
-  if (sampling.active()) next_task_ = std::max(next_task_, sampling.dispatcher().next_task());
+  stages_->sampling().halt();  // no more sampler draws
+  next_task_ = next_first_task_locked();
   release_undelivered_locked();
   epoch_ = 0;  // results still to come are stale: their slabs come back
   for (auto& s : slots_) s->waiting.clear();

@@ -248,6 +248,8 @@ class Pipeline final : public LinkEvents,
   void start_locked_prepare(Slot& s);
   /// Writes the frames queued for `s`.  REQUIRES: s.flush_mu held, mu_ not held.
   void write_outbox(Slot& s);
+  /// The id the next epoch's first task gets.  REQUIRES: mu_ held.
+  uint64_t next_first_task_locked() const;
   /// Before-records per state page: more than the tasks that can be in flight, at most 1024.
   uint64_t rng_slots() const;
   /// The state at the start of `worker`'s task `task` (its page, or a resumed epoch's state).

@@ -55,7 +55,6 @@ class SamplerStage {
   bool exhausted() const { return exhausted_; }
   /// The sampler's error (type, message), once it failed.
   const std::optional<std::pair<std::string, std::string>>& failure() const { return failure_; }
-  uint64_t first_task() const { return first_task_; }
   /// Time spent in the sampler (TaskSource::next) this epoch.
   uint64_t sampler_ns() const { return sampler_ns_; }
 

@@ -49,7 +49,6 @@ void StageActors::stop() {
                                            caf::actor_cast<caf::abstract_actor*>(pin_)};
   for (caf::abstract_actor* a : actors)
     if (a) a->eq_impl(caf::make_message_id(), nullptr, &exec_, caf::exit_msg{a->address(), caf::exit_reason::user_shutdown});
-  running_ = false;
   exec_.run();
   links_.clear();
   sampler_ = nullptr;
