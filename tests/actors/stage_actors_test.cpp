@@ -77,7 +77,7 @@ sampler_actor::behavior_type recording_sampler(sampler_actor::pointer, Recorded*
 
 /// The worker stage as a link actor sees it: records the tasks it is given, answers
 /// results as `outcome` says.
-class FakeWorkerStage final : public WorkerStage {
+class FakeWorkerStage final : public WorkerStage, public StageFailures {
  public:
   void take_task(int worker, task_msg& t) override {
     taken.push_back("worker " + std::to_string(worker) + " task " + std::to_string(t.task_idx));
@@ -230,7 +230,7 @@ TEST_F(SamplerActorTest, ASamplerThatThrowsHaltsAndSaysWhy) {
 TEST_F(StageActorTest, ALinkTakesTasksToItsWorkerAtOnceAndResultsOnToTheReorderStage) {
   auto sampler = keep(sys_.spawn(recording_sampler, &rec_));
   auto reorder = keep(sys_.spawn(recording_reorder, &rec_));
-  task_sink link = make_link_actor(sys_, 1, &stage_, sampler, reorder);
+  task_sink link = make_link_actor(sys_, 1, &stage_, &stage_, sampler, reorder);
   caf::anon_send(link, task_msg{7, {1, 2}, 0});
   EXPECT_EQ(stage_.taken, (std::vector<std::string>{"worker 1 task 7"}))
       << "a proxy: the task went to the transport on the sender's thread, no activation";

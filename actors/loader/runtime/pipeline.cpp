@@ -21,17 +21,18 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
     : config_(std::move(config)), slabs_(std::move(slabs)) {
   if (!config_.system) throw RuntimeError("internal: a worker pool needs an actor system");
   iterable_ = !config_.workers.empty() && config_.workers.front().iterable;
-  for (size_t w = 0; w < config_.workers.size(); ++w)
-    slots_.push_back(std::make_unique<Slot>(static_cast<int>(w), config_.max_restarts, !iterable_));
+  const int n = static_cast<int>(config_.workers.size());
   try {
-    rings_ = std::make_unique<WorkerRings>(static_cast<int>(slots_.size()));
+    rings_ = std::make_unique<WorkerRings>(n);
   } catch (const Error& e) {
-    throw ShmError(std::string("DataLoader: cannot create the task and result rings of ") +
-                   std::to_string(slots_.size()) + " workers (" +
-                   std::to_string(2 * RingLayout::kDefaultCapacity / 1024) + " KiB of shared memory each): " +
-                   e.what() + "; free space in /dev/shm or use fewer workers");
+    throw ShmError(std::string("DataLoader: cannot create the task and result rings of ") + std::to_string(n) +
+                   " workers (" + std::to_string(2 * RingLayout::kDefaultCapacity / 1024) +
+                   " KiB of shared memory each): " + e.what() + "; free space in /dev/shm or use fewer workers");
   }
-  stages_ = std::make_unique<StageActors>(*config_.system, static_cast<int>(slots_.size()), *this, slabs_);
+  // Before-records per state page: more than the tasks that can be in flight, at most 1024.
+  const uint64_t rng_slots = std::min<uint64_t>(static_cast<uint64_t>(config_.prefetch_factor) * n + 1, 1024);
+  workers_ = std::make_unique<WorkerSlots>(n, config_.max_restarts, !iterable_, *rings_, *slabs_, rng_slots, *this);
+  stages_ = std::make_unique<StageActors>(*config_.system, n, *workers_, *this, slabs_);
 }
 
 Pipeline::~Pipeline() {
@@ -40,144 +41,86 @@ Pipeline::~Pipeline() {
 }
 
 void Pipeline::stop_stages() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stages_) stages_->stop();
+  const auto lock = stages_->enter();
+  stages_->stop();
 }
 
 void Pipeline::set_hooks(PipelineHooks hooks) { hooks_ = std::move(hooks); }
 
 // ------------------------------------------------------------------ starting workers
 
-uint32_t Pipeline::begin_incarnation_locked(Slot& s) {
-  // Reset before the link exists: its reader may report a hello at once.
-  const uint32_t gen = s.life.start();
-  s.announced.clear();
-  s.hello = false;
-  s.started = std::chrono::steady_clock::now();
-  s.stopped_ticks = 0;
-  s.outbox.clear();  // frames for an older incarnation
-  s.socket_queued = 0;
-  s.renewed = false;
-  // The rings are the new incarnation's: the previous one is dead (reaped) or never ran,
-  // and on_down took what it had published.
-  rings_->reset(s.life.id(), gen);
-  return gen;
-}
-
-void Pipeline::start_locked_prepare(Slot& s) {
-  // First frames of every incarnation: the RNG state page, then the configuration.
-  const int w = s.life.id();
-  if (!s.state_page) {
-    s.state_page = ShmSegment::create(RngStatePage::bytes_for(rng_slots()));
-    RngStatePage::format(s.state_page->data(), rng_slots());
-  }
-  std::string page;
-  put_u64(page, s.state_page->size());
-  queue_locked(w, FrameType::StatePage, std::move(page), s.state_page);
-  std::string rings;
-  put_u64(rings, rings_->layout().capacity);
-  put_u64(rings, static_cast<uint64_t>(rings_->layout().workers));
-  put_u64(rings, static_cast<uint64_t>(w));
-  put_u64(rings, s.life.generation());
-  queue_locked(w, FrameType::Rings, std::move(rings), rings_->segment());
-  queue_locked(w, FrameType::Init, encoded_config(config_.workers[static_cast<size_t>(w)]));
-}
-
 void Pipeline::start_workers() {
-  for (size_t w = 0; w < slots_.size(); ++w) {
-    Slot& s = *slots_[w];
+  for (int w = 0; w < num_workers(); ++w) {
+    WorkerSlots::Slot& s = workers_->at(w);
     std::lock_guard<std::mutex> fl(s.flush_mu);
     uint32_t gen;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      const auto lock = stages_->enter();
       if (closed_) return;
-      gen = begin_incarnation_locked(s);
+      gen = workers_->begin_incarnation(w);
     }
     try {
-      auto link = make_link(Link::Spec{static_cast<int>(w), gen, config_.in_process, config_.executable});
-      std::lock_guard<std::mutex> lock(mu_);
+      auto link = make_link(Link::Spec{w, gen, config_.in_process, config_.executable});
+      const auto lock = stages_->enter();
       s.life.set_pid(gen, link->pid());
       s.link = std::move(link);
-      start_locked_prepare(s);
+      workers_->prepare_incarnation(w, encoded_config(config_.workers[static_cast<size_t>(w)]));
     } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(mu_);
+      const auto lock = stages_->enter();
       const std::string type = dynamic_cast<const Error*>(&e) ? static_cast<const Error&>(e).python_type() : "RuntimeError";
-      worker_failed_locked(static_cast<int>(w), type,
-                           "DataLoader worker " + std::to_string(w) + " could not be started: " + e.what());
+      worker_failed_locked(w, type, "DataLoader worker " + std::to_string(w) + " could not be started: " + e.what());
     }
   }
   flush_all();
 }
 
 void Pipeline::restart(int worker, uint32_t gen) {
-  if (worker < 0 || static_cast<size_t>(worker) >= slots_.size()) return;
-  Slot& s = *slots_[static_cast<size_t>(worker)];
+  if (worker < 0 || worker >= num_workers()) return;
+  WorkerSlots::Slot& s = workers_->at(worker);
   std::lock_guard<std::mutex> fl(s.flush_mu);
   std::unique_ptr<Link> old;
   uint32_t next;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = stages_->enter();
     if (closed_ || s.life.state() != WorkerLifecycle::State::Restarting || s.life.generation() != gen) return;
     old = std::move(s.link);
-    next = begin_incarnation_locked(s);
+    next = workers_->begin_incarnation(worker);
   }
   old.reset();  // its reader has finished and its process is reaped: nothing waits here
   std::unique_ptr<Link> link;
   try {
     link = make_link(Link::Spec{worker, next, config_.in_process, config_.executable});
   } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = stages_->enter();
     worker_failed_locked(worker, "RuntimeError",
                          "DataLoader worker " + std::to_string(worker) + " could not be restarted: " + e.what());
     notify_locked();
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = stages_->enter();
     s.life.set_pid(next, link->pid());
     s.link = std::move(link);
-    start_locked_prepare(s);
-    // Tasks of older epochs will never be answered now: their slabs come back.
-    for (uint64_t slab : s.life.drop_other_epochs(epoch_))
-      if (slab) slabs_->release(worker, slab);
-    // The random stream resumes where the first unfinished task began.
-    if (!s.life.held().empty()) {
-      uint64_t first = s.life.held().begin()->first;
-      if (auto state = state_before_locked(s, first)) {
-        std::string body;
-        put_u64(body, first);
-        body.append(*state);
-        queue_locked(worker, FrameType::SetRng, std::move(body));
-      }
-    }
-    s.waiting.clear();
-    std::vector<uint64_t> tasks;
-    for (const auto& [task, t] : s.life.held()) tasks.push_back(task);
-    for (uint64_t task : tasks) send_task_locked(worker, task);
+    workers_->prepare_incarnation(worker, encoded_config(config_.workers[static_cast<size_t>(worker)]));
+    workers_->resend_held(worker);
   }
-  write_outbox(s);  // still under flush_mu: the new incarnation's frames go out in order
+  write_outbox(worker);  // still under flush_mu: the new incarnation's frames go out in order
 }
 
 // ------------------------------------------------------------------ frames out
 
-void Pipeline::queue_locked(int worker, FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner) {
-  Slot& s = *slots_[static_cast<size_t>(worker)];
-  s.outbox.push_back(OutFrame{type, std::move(body), std::move(fd_owner)});
-  ++s.socket_queued;
-}
-
 void Pipeline::flush(int worker) {
-  if (worker < 0 || static_cast<size_t>(worker) >= slots_.size()) return;
-  Slot& s = *slots_[static_cast<size_t>(worker)];
-  std::lock_guard<std::mutex> fl(s.flush_mu);
-  write_outbox(s);
+  if (worker < 0 || worker >= num_workers()) return;
+  std::lock_guard<std::mutex> fl(workers_->at(worker).flush_mu);
+  write_outbox(worker);
 }
 
-void Pipeline::write_outbox(Slot& s) {
-  std::vector<OutFrame> frames;
+void Pipeline::write_outbox(int worker) {
+  WorkerSlots::Slot& s = workers_->at(worker);
+  std::vector<WorkerSlots::OutFrame> frames;
   Link* link;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = stages_->enter();
     if (s.outbox.empty() || !s.link || closed_) return;
     frames.swap(s.outbox);
     link = s.link.get();  // replaced only under flush_mu (held by the caller); destroyed by shutdown, also under it
@@ -185,7 +128,7 @@ void Pipeline::write_outbox(Slot& s) {
   // Said first: the worker starts reading while they are written, so a frame larger
   // than the socket's buffer (a task of 8,000+ indices) cannot leave both sides
   // waiting.  If a write fails the link is broken and the worker's read ends too.
-  rings_->socket_frames_coming(s.life.id(), link->generation(), frames.size());
+  rings_->socket_frames_coming(worker, link->generation(), frames.size());
   for (auto& f : frames)
     if (!link->send(f.type, f.body, f.fd_owner ? f.fd_owner->fd() : -1)) break;  // the reader reports the loss
 }
@@ -196,49 +139,13 @@ std::unique_ptr<Link> Pipeline::make_link(const Link::Spec& spec) {
 }
 
 void Pipeline::flush_all() {
-  for (size_t w = 0; w < slots_.size(); ++w) flush(static_cast<int>(w));
-}
-
-void Pipeline::announce_locked(int worker, uint64_t slab) {
-  Slot& s = *slots_[static_cast<size_t>(worker)];
-  for (uint64_t id : slabs_->dropped_since(s.dropped_cursor)) {
-    if (s.announced.erase(id)) {
-      std::string b;
-      put_u64(b, id);
-      queue_locked(worker, FrameType::DropSlab, std::move(b));
-    }
-  }
-  if (slab == 0 || s.announced.count(slab)) return;
-  auto seg = slabs_->segment(slab);
-  if (!seg) return;
-  std::string b;
-  put_u64(b, slab);
-  put_u64(b, seg->size());
-  queue_locked(worker, FrameType::AddSlab, std::move(b), seg);
-  s.announced.insert(slab);
+  for (int w = 0; w < num_workers(); ++w) flush(w);
 }
 
 // ------------------------------------------------------------------ epochs and dispatch
 
-uint64_t Pipeline::rng_slots() const {
-  const uint64_t in_flight = static_cast<uint64_t>(config_.prefetch_factor) * slots_.size();
-  return std::min<uint64_t>(in_flight + 1, 1024);
-}
-
-std::optional<std::string> Pipeline::state_before_locked(const Slot& s, uint64_t task) const {
-  // A resumed epoch's first task of this worker: the checkpoint's state (the page may
-  // not have it yet, or hold an older stream of a persistent worker).
-  if (s.resume_sent && s.resume_sent->first == task) return s.resume_sent->second;
-  if (s.state_page) {
-    RngStatePage page(s.state_page->data(), s.state_page->size());
-    if (auto state = page.state_before(task, s.rng_floor))
-      return std::string(reinterpret_cast<const char*>(state->data()), state->size());
-  }
-  return std::nullopt;
-}
-
 EpochPosition Pipeline::position(uint64_t epoch) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = stages_->enter();
   const SamplerStage& sampling = stages_->sampling();
   if (epoch != epoch_ || !sampling.active())
     throw RuntimeError("DataLoader: the epoch to checkpoint is no longer running");
@@ -255,13 +162,13 @@ EpochPosition Pipeline::position(uint64_t epoch) const {
   }
   p.sent = dispatcher.next_task() - first_task_;
   p.exhausted = sampling.exhausted();
-  p.exact = dispatcher.max_in_flight() + 1 <= rng_slots();
+  p.exact = dispatcher.max_in_flight() + 1 <= workers_->rng_slots();
   // Each worker's first task not yet delivered: one it still computes, or one whose
   // result waits in the reorder stage or the handoff; none: its next task.
-  std::vector<uint64_t> first(slots_.size(), dispatcher.next_task());
-  for (size_t w = 0; w < slots_.size(); ++w) {
-    const std::vector<uint64_t> unfinished = dispatcher.unfinished_tasks_of(static_cast<int>(w));
-    if (!unfinished.empty()) first[w] = unfinished.front();
+  std::vector<uint64_t> first(static_cast<size_t>(num_workers()), dispatcher.next_task());
+  for (int w = 0; w < num_workers(); ++w) {
+    const std::vector<uint64_t> unfinished = dispatcher.unfinished_tasks_of(w);
+    if (!unfinished.empty()) first[static_cast<size_t>(w)] = unfinished.front();
   }
   auto waiting = [&](uint64_t task, int worker) {
     if (worker >= 0 && static_cast<size_t>(worker) < first.size())
@@ -269,42 +176,42 @@ EpochPosition Pipeline::position(uint64_t epoch) const {
   };
   stages_->reordering().for_each_buffered([&](uint64_t task, const result_msg& r) { waiting(task, r.worker); });
   stages_->handoff().for_each([&](const HandedOver& h) { waiting(h.result.task_idx, h.result.worker); });
-  for (size_t w = 0; w < slots_.size(); ++w) {
-    const Slot& s = *slots_[w];
+  for (int w = 0; w < num_workers(); ++w) {
+    const WorkerSlots::Slot& s = workers_->at(w);
     // A state not yet sent (the worker's first task of a resumed epoch is not out yet).
     if (s.resume_rng) p.worker_rng.push_back(s.resume_rng);
-    else p.worker_rng.push_back(state_before_locked(s, first[w]));
+    else p.worker_rng.push_back(workers_->state_before(w, first[static_cast<size_t>(w)]));
   }
   return p;
 }
 
 bool Pipeline::healthy() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = stages_->enter();
   return healthy_locked();
 }
 
 bool Pipeline::healthy_locked() const {
   if (closed_) return false;
-  for (const auto& s : slots_)
-    if (!s->link || !s->life.accepting()) return false;
+  for (int w = 0; w < num_workers(); ++w)
+    if (!workers_->at(w).link || !workers_->at(w).life.accepting()) return false;
   return true;
 }
 
 bool Pipeline::reinit(std::vector<WorkerConfig> workers) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (workers.size() != slots_.size()) throw RuntimeError("internal: reinit with another number of workers");
+    const auto lock = stages_->enter();
+    if (workers.size() != static_cast<size_t>(num_workers())) throw RuntimeError("internal: reinit with another number of workers");
     // Checked under the lock that queues the configurations: a death reported after this
     // point is judged against them (on_down: a renewed worker that had not started a
     // task of the new epoch died between epochs); one reported before it refuses the pool.
     if (!healthy_locked()) return false;
     config_.workers = std::move(workers);
-    for (size_t w = 0; w < slots_.size(); ++w) {
-      Slot& s = *slots_[w];
+    for (int w = 0; w < num_workers(); ++w) {
+      WorkerSlots::Slot& s = workers_->at(w);
       s.rng_floor = next_first_task_locked();
       s.renewed = true;
       s.resume_rng.reset();  // a fresh generator from the new configuration
-      queue_locked(static_cast<int>(w), FrameType::Init, encoded_config(config_.workers[w]));
+      workers_->queue(w, FrameType::Init, encoded_config(config_.workers[static_cast<size_t>(w)]));
     }
   }
   flush_all();
@@ -312,7 +219,7 @@ bool Pipeline::reinit(std::vector<WorkerConfig> workers) {
 }
 
 uint64_t Pipeline::next_first_task() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = stages_->enter();
   return next_first_task_locked();
 }
 
@@ -325,7 +232,7 @@ uint64_t Pipeline::next_first_task_locked() const {
 uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_streams, EpochResume resume) {
   uint64_t id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = stages_->enter();
     if (closed_) throw RuntimeError("DataLoader: the worker pool was shut down");
     bool flush_needed = false;  // flush_all() below writes whatever this queues
     drain_rings_locked(flush_needed);
@@ -339,29 +246,30 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     first_task_ = first_task;
     sampling.begin(std::move(source), iterable_,
                    TaskDispatcher(num_workers(), config_.prefetch_factor, first_task, config_.in_order,
-                                  static_cast<int>(resume.consumed % slots_.size())));
+                                  static_cast<int>(resume.consumed % static_cast<uint64_t>(num_workers()))));
     stages_->reordering().reset(first_task, config_.in_order);
     stages_->handoff().restart(first_task);
     fatal_.reset();
     stopped_ = false;
     waits_ = 0;
-    for (size_t w = 0; w < slots_.size(); ++w) {
-      Slot& s = *slots_[w];
+    workers_->set_epoch(epoch_);
+    for (size_t w = 0; w < static_cast<size_t>(num_workers()); ++w) {
+      WorkerSlots::Slot& s = workers_->at(static_cast<int>(w));
       s.delivered = s.inline_batches = s.busy_ns = 0;
       s.resume_sent.reset();
       // A resumed epoch sets each worker's state; otherwise a state a worker was never
       // sent (it got no task of the last epoch) still waits for its first task.
       if (!resume.worker_rng.empty()) s.resume_rng = w < resume.worker_rng.size() ? std::move(resume.worker_rng[w]) : std::nullopt;
     }
-    for (size_t w = 0; w < slots_.size(); ++w) {
-      Slot& s = *slots_[w];
+    for (int w = 0; w < num_workers(); ++w) {
+      const WorkerSlots::Slot& s = workers_->at(w);
       if (s.life.dead()) {
         // A dead worker stays dead: every later epoch gets its error at once.
-        sampling.dispatcher().deactivate(static_cast<int>(w));
-        if (!fatal_) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), static_cast<int>(w));
+        sampling.dispatcher().deactivate(w);
+        if (!fatal_) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), w);
         continue;
       }
-      if (reset_streams) queue_locked(static_cast<int>(w), FrameType::Epoch, {});
+      if (reset_streams) workers_->queue(w, FrameType::Epoch, {});
     }
     // Slabs sized before the first task (sample_spec): a pool that cannot fit in
     // shared memory is this epoch's error, before its first batch.
@@ -382,13 +290,13 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
   while (true) {
     std::vector<int> dirty;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      const auto lock = stages_->enter();
       if (epoch_ != id || closed_) break;  // another epoch began meanwhile
       const uint64_t before = stages_->sampling().dispatcher().next_task();
       stages_->send(stages_->sampler(), dispatch_atom::value, int32_t{1});
       run_stages_locked();
       if (epoch_ != id || stages_->sampling().dispatcher().next_task() == before) break;
-      dirty = dirty_locked();
+      dirty = workers_->dirty();
     }
     for (int w : dirty) flush(w);
   }
@@ -400,13 +308,6 @@ void Pipeline::run_stages_locked() {
   stages_->run();
   const auto& failure = stages_->sampling().failure();
   if (failure && epoch_ != 0 && !fatal_) set_fatal_locked(failure->first, failure->second, -1);
-}
-
-std::vector<int> Pipeline::dirty_locked() const {
-  std::vector<int> out;
-  for (size_t w = 0; w < slots_.size(); ++w)
-    if (!slots_[w]->outbox.empty()) out.push_back(static_cast<int>(w));
-  return out;
 }
 
 void Pipeline::release_undelivered_locked() {
@@ -424,123 +325,13 @@ uint64_t Pipeline::next_for_application_locked() const {
   return handoff.empty() ? stages_->reordering().next_expected() : handoff.front_task();
 }
 
-void Pipeline::take_task(int worker, task_msg& task) {
-  Slot& s = *slots_[static_cast<size_t>(worker)];
-  if (closed_ || s.life.dead()) {
-    // The sampler heard of the death after it sent this task (it is told in order, so
-    // this does not happen today): the task is answered as the worker's others were.
-    if (!fatal_ && epoch_ != 0) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), worker);
-    return;
-  }
-  const uint64_t id = task.task_idx;
-  s.life.hold(id, HeldTask{epoch_, std::move(task.indices), 0});
-  if (s.resume_rng) {
-    // A resumed epoch: this worker's random stream goes on from the checkpoint's state
-    // (the worker reads the socket frames queued before a task first).
-    std::string body;
-    put_u64(body, id);
-    body.append(*s.resume_rng);
-    s.resume_sent.emplace(id, std::move(*s.resume_rng));
-    s.resume_rng.reset();
-    queue_locked(worker, FrameType::SetRng, std::move(body));
-  }
-  send_task_locked(worker, id);
-}
-
-void Pipeline::send_task_locked(int worker, uint64_t task) {
-  Slot& s = *slots_[static_cast<size_t>(worker)];
-  HeldTask* t = s.life.find(task);
-  if (!t) return;
-  // A worker being restarted gets its held tasks when its next incarnation's link
-  // exists (restart() sends them after the incarnation's first frames).
-  if (s.life.state() == WorkerLifecycle::State::Restarting || !s.link) return;
-  if (t->slab == 0 && !t->inline_batch) {
-    std::optional<uint64_t> slab;
-    try {
-      slab = slabs_->acquire(worker);
-    } catch (const Error& e) {
-      set_fatal_locked(e.python_type(), e.what(), worker);
-      return;
-    }
-    if (!slab) {
-      s.waiting.push_back(task);  // every slab busy and the budget spent: wait for a release
-      return;
-    }
-    t->slab = *slab;
-  }
-  announce_locked(worker, t->slab);
-  std::string b;
-  b.reserve(24 + t->indices.size() * 8);
-  put_u64(b, task);
-  put_u64(b, t->inline_batch ? kInlineSlab : t->slab);
-  put_u64(b, t->indices.size());
-  // The indices as put_u64 would write them, one by one (host order), in one append.
-  b.append(reinterpret_cast<const char*>(t->indices.data()), t->indices.size() * sizeof(int64_t));
-  // Through the task ring, after the socket frames queued so far (the AddSlab above);
-  // on the socket when the ring is full or the task too large for it.
-  if (rings_->post_task(worker, s.socket_queued, b)) return;
-  queue_locked(worker, FrameType::Task, std::move(b));
-}
-
-bool Pipeline::send_starved_inline_locked() {
-  if (!stages_->sampling().active() || closed_) return false;
-  const ReorderBuffer<result_msg>& buffer = stages_->reordering();
-  // The task the application must have next: in order, the next expected one; out of
-  // order, the oldest waiting task, and only when no worker computes anything.
-  int worker = -1;
-  std::deque<uint64_t>::iterator found;
-  uint64_t oldest = UINT64_MAX;
-  bool computing = false;
-  for (size_t w = 0; w < slots_.size(); ++w) {
-    Slot& s = *slots_[w];
-    if (s.life.held().size() > s.waiting.size()) computing = true;
-    for (auto it = s.waiting.begin(); it != s.waiting.end(); ++it) {
-      const bool wanted = buffer.in_order() ? *it == buffer.next_expected() : *it < oldest;
-      if (!wanted) continue;
-      oldest = *it;
-      worker = static_cast<int>(w);
-      found = it;
-    }
-  }
-  if (worker < 0 || (!buffer.in_order() && computing)) return false;
-  // Every slab this worker may have is held by batches the application keeps (and the
-  // budget allows no more): waiting for a release could wait forever.  The batch
-  // comes back in the frame instead, a copy in the main process's heap.
-  Slot& s = *slots_[static_cast<size_t>(worker)];
-  const uint64_t task = *found;
-  s.waiting.erase(found);
-  HeldTask* t = s.life.find(task);
-  if (!t) return false;
-  t->inline_batch = true;
-  ++s.inline_batches;
-  send_task_locked(worker, task);
-  return true;
-}
-
-void Pipeline::drain_waiting_locked(int worker) {
-  Slot& s = *slots_[static_cast<size_t>(worker)];
-  while (!s.waiting.empty() && !closed_) {
-    uint64_t task = s.waiting.front();
-    s.waiting.pop_front();
-    size_t before = s.waiting.size();
-    send_task_locked(worker, task);
-    if (s.waiting.size() > before) break;  // still no slab
-  }
-}
-
 void Pipeline::release_slab(int worker, uint64_t slab) {
   slabs_->release(worker, slab);
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_ || worker < 0 || static_cast<size_t>(worker) >= slots_.size()) return;
-    if (slots_[static_cast<size_t>(worker)]->waiting.empty()) return;
-    drain_waiting_locked(worker);
+    const auto lock = stages_->enter();
+    if (!workers_->slab_released(worker)) return;
   }
   flush(worker);
-}
-
-void Pipeline::release_task_slab_locked(int worker, const HeldTask& t) {
-  if (t.slab) slabs_->release(worker, t.slab);
 }
 
 // ------------------------------------------------------------------ the application thread
@@ -558,7 +349,7 @@ void Pipeline::notify_locked() {
 size_t Pipeline::drain_rings_locked(bool& flush_needed, int only) {
   size_t taken = 0;
   Frame f;
-  for (int w = 0; w < static_cast<int>(slots_.size()); ++w) {
+  for (int w = 0; w < num_workers(); ++w) {
     if (only >= 0 && w != only) continue;
     try {
       while (rings_->take(w, f)) {
@@ -577,22 +368,22 @@ size_t Pipeline::drain_rings_locked(bool& flush_needed, int only) {
   if (taken > 0) {
     run_stages_locked();  // link -> reorder -> pin
     if (!flush_needed)
-      for (const auto& s : slots_)
-        if (!s->outbox.empty()) flush_needed = true;
+      for (int w = 0; w < num_workers(); ++w)
+        if (!workers_->at(w).outbox.empty()) flush_needed = true;
   }
   return taken;
 }
 
 Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock::time_point> deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  auto lock = stages_->enter();
   // Only workers that got frames are flushed (usually the one the next task went to).
   auto flush_dirty = [&] {
     int dirty[8];
     int n_dirty = 0;
     bool more = false;
-    for (size_t w = 0; w < slots_.size(); ++w) {
-      if (slots_[w]->outbox.empty()) continue;
-      if (n_dirty < 8) dirty[n_dirty++] = static_cast<int>(w);
+    for (int w = 0; w < num_workers(); ++w) {
+      if (workers_->at(w).outbox.empty()) continue;
+      if (n_dirty < 8) dirty[n_dirty++] = w;
       else more = true;
     }
     lock.unlock();
@@ -625,7 +416,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
         d.slab = r.batch.slab;
         d.payload = std::move(r.batch.payload);
         d.pinned = handed->pinned;
-        if (d.worker >= 0 && static_cast<size_t>(d.worker) < slots_.size()) ++slots_[static_cast<size_t>(d.worker)]->delivered;
+        if (d.worker >= 0 && d.worker < num_workers()) ++workers_->at(d.worker).delivered;
       }
       // Its credit goes back to the sampler, whose next task goes out at once.
       stages_->send(stages_->sampler(), credit_atom::value, static_cast<int32_t>(d.worker), d.task);
@@ -646,7 +437,8 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
       waited = true;
       ++waits_;
     }
-    if (send_starved_inline_locked()) {
+    if (stages_->sampling().active() && !closed_ &&
+        workers_->send_starved_inline(stages_->reordering().in_order(), stages_->reordering().next_expected())) {
       flush_dirty();
       lock.lock();
       continue;
@@ -682,18 +474,18 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
 }
 
 void Pipeline::end_epoch(uint64_t epoch) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = stages_->enter();
   if (epoch != epoch_) return;  // already ended, or replaced by a newer epoch
   stopped_ = true;
   stages_->sampling().halt();  // no more sampler draws
   next_task_ = next_first_task_locked();
   release_undelivered_locked();
   epoch_ = 0;  // results still to come are stale: their slabs come back
-  for (auto& s : slots_) s->waiting.clear();
+  workers_->set_epoch(0);
 }
 
 std::pair<uint64_t, int> Pipeline::awaited() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = stages_->enter();
   const SamplerStage& sampling = stages_->sampling();
   if (!sampling.active()) return {0, -1};
   uint64_t task = next_for_application_locked();
@@ -702,16 +494,14 @@ std::pair<uint64_t, int> Pipeline::awaited() const {
 }
 
 std::vector<int> Pipeline::pids() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = stages_->enter();
   std::vector<int> out;
-  for (const auto& s : slots_) {
-    out.push_back(s->live_pid());
-  }
+  for (int w = 0; w < num_workers(); ++w) out.push_back(workers_->at(w).live_pid());
   return out;
 }
 
 void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = stages_->enter();
   if (epoch != epoch_ || epoch == 0) return;  // ended or replaced: the caller keeps what it had
   out.waits = static_cast<int64_t>(waits_);
   const SamplerStage& sampling = stages_->sampling();
@@ -722,49 +512,49 @@ void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
   out.ready = static_cast<int64_t>(stages_->reordering().buffered() + stages_->handoff().size());
   out.sampler_s = static_cast<double>(sampling.sampler_ns()) * 1e-9;
   out.workers.clear();
-  for (const auto& s : slots_) {
+  for (int k = 0; k < num_workers(); ++k) {
+    const WorkerSlots::Slot& s = workers_->at(k);
     EpochStats::Worker w;
-    w.pid = s->live_pid();
-    w.state = to_string(s->life.state());
-    w.restarts = s->life.restarts();
-    w.held = static_cast<int64_t>(s->life.held().size());
-    w.delivered = static_cast<int64_t>(s->delivered);
-    w.inline_batches = static_cast<int64_t>(s->inline_batches);
-    w.busy_s = static_cast<double>(s->busy_ns) * 1e-9;
+    w.pid = s.live_pid();
+    w.state = to_string(s.life.state());
+    w.restarts = s.life.restarts();
+    w.held = static_cast<int64_t>(s.life.held().size());
+    w.delivered = static_cast<int64_t>(s.delivered);
+    w.inline_batches = static_cast<int64_t>(s.inline_batches);
+    w.busy_s = static_cast<double>(s.busy_ns) * 1e-9;
     out.workers.push_back(std::move(w));
   }
 }
 
 WorkerLifecycle::State Pipeline::worker_state(int worker) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return slots_[static_cast<size_t>(worker)]->life.state();
+  const auto lock = stages_->enter();
+  return workers_->at(worker).life.state();
 }
 
 void Pipeline::shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = stages_->enter();
     if (closed_) return;
     closed_ = true;
+    workers_->close();
     rings_->ring();
   }
   // Fixed order: every link is told first (the workers exit on EOF together), then
   // each is stopped (reader joined, process reaped).  Slots keep their lifecycle.
   std::vector<std::unique_ptr<Link>> links;
-  for (auto& s : slots_) {
-    std::lock_guard<std::mutex> fl(s->flush_mu);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (s->link) links.push_back(std::move(s->link));
-    s->outbox.clear();
+  for (int w = 0; w < num_workers(); ++w) {
+    WorkerSlots::Slot& s = workers_->at(w);
+    std::lock_guard<std::mutex> fl(s.flush_mu);
+    const auto lock = stages_->enter();
+    if (s.link) links.push_back(std::move(s.link));
+    s.outbox.clear();
   }
   rings_->close_all();  // a worker asleep on its task ring wakes and ends
   for (auto& l : links) l->send(FrameType::Shutdown, {});
   for (auto& l : links) l->stop();
   links.clear();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& s : slots_) {
-    for (auto& [task, t] : s->life.take_all()) release_task_slab_locked(s->life.id(), t);
-    s->waiting.clear();
-  }
+  const auto lock = stages_->enter();
+  for (int w = 0; w < num_workers(); ++w) workers_->release_all(w);
   stages_->sampling().halt();
   release_undelivered_locked();
 }
@@ -774,8 +564,8 @@ void Pipeline::shutdown() {
 void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
   std::vector<int> dirty;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    Slot& s = *slots_[static_cast<size_t>(worker)];
+    const auto lock = stages_->enter();
+    WorkerSlots::Slot& s = workers_->at(worker);
     if (closed_ || !s.life.current(gen)) return;  // an older incarnation: nothing of it applies
     try {
       switch (f.type) {
@@ -798,7 +588,7 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
           const uint64_t task = r.task;
           stages_->deliver(worker, result_msg{task, std::move(r), worker});
           run_stages_locked();
-          dirty = dirty_locked();
+          dirty = workers_->dirty();
           break;
         }
       }
@@ -813,85 +603,23 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
     for (int w : dirty) hooks_.flush_later(w);
 }
 
-WorkerStage::Outcome Pipeline::take_result(int worker, result_msg& m) {
-  Slot& s = *slots_[static_cast<size_t>(worker)];
-  WorkerReply& r = m.batch;
-  HeldTask* t = s.life.find(r.task);
-  if (!t) return Outcome::None;
-  if (t->epoch != epoch_) {  // a task of an epoch that ended: its slab comes back
-    release_task_slab_locked(worker, *t);
-    s.life.release(r.task);
-    drain_waiting_locked(worker);
-    return Outcome::None;
-  }
-  m.task_idx = r.task;
-  m.worker = worker;
-  s.busy_ns += r.busy_ns;
-  switch (r.kind) {
-    case WorkerReply::Kind::Need: {
-      // The batch is larger than the slab: a larger one, then the worker copies it in.
-      uint64_t slab;
-      try {
-        slab = slabs_->acquire_at_least(worker, r.bytes);
-      } catch (const Error& e) {
-        set_fatal_locked(e.python_type(), e.what(), worker);
-        return Outcome::None;
-      }
-      if (t->slab) slabs_->release(worker, t->slab);
-      t->slab = slab;
-      announce_locked(worker, slab);
-      std::string b;
-      put_u64(b, r.task);
-      put_u64(b, slab);
-      queue_locked(worker, FrameType::UseSlab, std::move(b));
-      return Outcome::None;
-    }
-    case WorkerReply::Kind::Result:
-      r.slab = t->slab;  // the slab the task was given (0: the batch came inline)
-      break;
-    case WorkerReply::Kind::Error:
-      release_task_slab_locked(worker, *t);
-      r.slab = 0;
-      break;
-    case WorkerReply::Kind::IterEnd:
-      release_task_slab_locked(worker, *t);
-      s.life.release(r.task);
-      return Outcome::Dry;
-  }
-  s.life.release(r.task);
-  return Outcome::Deliver;
-}
-
 void Pipeline::stage_failed(const std::string& message) { set_fatal_locked("RuntimeError", message, -1); }
+
+void Pipeline::epoch_failed(const std::string& type, const std::string& message, int worker) {
+  set_fatal_locked(type, message, worker);
+}
 
 void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
   std::string warning;
   bool restart = false;
   bool flush_needed = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = stages_->enter();
     if (closed_) return;
-    Slot& s = *slots_[static_cast<size_t>(worker)];
     // What the incarnation published before it went down counts (answered tasks are not
     // re-sent); nothing more can come from it.
-    if (s.life.current(gen) && drain_rings_locked(flush_needed, worker) > 0) notify_locked();
-    // A kept worker that died before it started a task of the epoch it was
-    // re-initialised for died between epochs (its state page has no record of such a
-    // task): replaced for free, as PyTorch's fresh workers would have been.
-    bool between_epochs = false;
-    if (s.renewed && s.life.current(gen) && s.state_page) {
-      auto before = RngStatePage(s.state_page->data(), s.state_page->size()).last_before();
-      between_epochs = !before || *before < s.rng_floor;
-    }
-    if (how.pid > 0) s.life.set_pid(gen, how.pid);
-    WorkerExit exit = how;
-    if (!s.hello && how.kind == WorkerExit::Kind::ExitCode && s.life.current(gen))
-      exit = WorkerExit{WorkerExit::Kind::StartFailed, 0,
-                        "it exited with status " + std::to_string(how.code) +
-                            " before it said hello to the main process: is the worker program one whose main() "
-                            "calls loader::runtime::run_worker_if_requested(argc, argv) first? (" +
-                            (config_.executable.empty() ? std::string("this program") : config_.executable) + ")"};
-    auto d = s.life.down(gen, exit, between_epochs);
+    if (workers_->at(worker).life.current(gen) && drain_rings_locked(flush_needed, worker) > 0) notify_locked();
+    const auto d = workers_->down(worker, gen, how, config_.executable);
     switch (d.kind) {
       case WorkerLifecycle::Decision::Kind::Ignore: return;
       case WorkerLifecycle::Decision::Kind::Restart:
@@ -913,11 +641,9 @@ void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
 }
 
 void Pipeline::worker_failed_locked(int worker, const std::string& type, const std::string& message) {
-  Slot& s = *slots_[static_cast<size_t>(worker)];
-  s.life.fail(s.life.generation(), type, message);
   // Every task it held is answered: the epoch fails with this error.
-  for (auto& [task, t] : s.life.take_all()) release_task_slab_locked(worker, t);
-  s.waiting.clear();
+  workers_->fail(worker, type, message);
+  const WorkerSlots::Slot& s = workers_->at(worker);
   if (stages_->sampling().active()) {
     stages_->send(stages_->sampler(), retire_atom::value, static_cast<int32_t>(worker));
     run_stages_locked();
@@ -938,16 +664,16 @@ void Pipeline::set_fatal_locked(const std::string& type, const std::string& mess
 }
 
 void Pipeline::fail_all(const std::string& type, const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = stages_->enter();
   set_fatal_locked(type, message, -1);
 }
 
 // ------------------------------------------------------------------ worker actor: watchdog
 
 void Pipeline::watch(int worker, std::chrono::milliseconds tick) {
-  if (worker < 0 || static_cast<size_t>(worker) >= slots_.size()) return;
+  if (worker < 0 || worker >= num_workers()) return;
   const auto now = std::chrono::steady_clock::now();
-  Slot& s = *slots_[static_cast<size_t>(worker)];
+  WorkerSlots::Slot& s = workers_->at(worker);
   // Held while the link is used: restart (this actor) replaces the link under it, and
   // shutdown takes the links out under it.  The pool's actors are usually gone before
   // shutdown, but not at exit (WorkerPool::teardown_at_exit shuts the pipeline down and
@@ -958,7 +684,7 @@ void Pipeline::watch(int worker, std::chrono::milliseconds tick) {
   bool hello;
   std::chrono::steady_clock::time_point started;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = stages_->enter();
     if (closed_) return;
     if (!s.link || !s.life.accepting()) return;
     link = s.link.get();

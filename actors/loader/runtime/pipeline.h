@@ -81,6 +81,7 @@
 #include "loader/runtime/child/worker_core.h"
 #include "loader/runtime/parent/worker_lifecycle.h"
 #include "loader/runtime/parent/worker_link.h"
+#include "loader/runtime/parent/worker_slots.h"
 
 namespace loader::runtime {
 
@@ -124,7 +125,8 @@ struct PipelineHooks {
 
 class Pipeline final : public LinkEvents,
                        public WorkerControl,
-                       public WorkerStage,
+                       public StageFailures,
+                       public WorkerStageEvents,
                        public std::enable_shared_from_this<Pipeline> {
  public:
   Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs);
@@ -195,102 +197,55 @@ class Pipeline final : public LinkEvents,
   /// Anything unexpected in the runtime itself: the loader fails with this message.
   void fail_all(const std::string& type, const std::string& message) override;
 
-  // ---- the strand (WorkerStage: link actor k), under mu_
-  void take_task(int worker, task_msg& task) override;
-  Outcome take_result(int worker, result_msg& r) override;
+  // ---- on the strand: a stage actor's fault (StageFailures), the worker stage's
+  // ---- (WorkerStageEvents)
   void stage_failed(const std::string& message) override;
+  void epoch_failed(const std::string& type, const std::string& message, int worker) override;
 
   // ---- reader threads (LinkEvents)
   void on_frame(int worker, uint32_t gen, Frame& frame) override;
   void on_down(int worker, uint32_t gen, const WorkerExit& how) override;
 
   const std::shared_ptr<SlabStore>& slabs() const { return slabs_; }
-  int num_workers() const { return static_cast<int>(slots_.size()); }
+  int num_workers() const { return workers_->size(); }
   /// State of a worker slot (tests).
   WorkerLifecycle::State worker_state(int worker) const;
 
  private:
-  struct OutFrame {
-    FrameType type;
-    std::string body;
-    std::shared_ptr<ShmSegment> fd_owner;  ///< passes its descriptor, kept alive until written
-  };
-  struct Slot {
-    explicit Slot(int id, int max_restarts, bool restartable) : life(id, max_restarts, restartable) {}
-    WorkerLifecycle life;
-    std::unique_ptr<Link> link;
-    std::shared_ptr<ShmSegment> state_page;  ///< RngStatePage, kept across incarnations
-    std::vector<OutFrame> outbox;
-    uint64_t socket_queued = 0;       ///< frames queued for the socket of this incarnation (worker_rings.h)
-    std::mutex flush_mu;
-    std::set<uint64_t> announced;     ///< slabs the current incarnation has mapped
-    size_t dropped_cursor = 0;        ///< SlabStore::dropped_since
-    std::deque<uint64_t> waiting;     ///< held tasks with no slab yet (pool spent)
-    bool hello = false;
-    std::chrono::steady_clock::time_point started;
-    int stopped_ticks = 0;            ///< worker actor only
-    uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
-    bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
-    uint64_t delivered = 0;           ///< its batches next() returned in this epoch
-    uint64_t inline_batches = 0;      ///< its tasks of this epoch sent for an inline batch
-    uint64_t busy_ns = 0;             ///< its time on the tasks whose replies came in this epoch
-    /// A resumed epoch's generator state to send before this worker's first task of it.
-    std::optional<std::string> resume_rng;
-    /// The task that state was sent with (a restart before the task started sends it again).
-    std::optional<std::pair<uint64_t, std::string>> resume_sent;
-    /// The pid of a starting or running incarnation, else -1.  REQUIRES: mu_ held.
-    int live_pid() const { return link && life.accepting() ? link->pid() : -1; }
-  };
-
-  /// A new generation for `s` (lifecycle Starting, hello/watchdog state reset).
-  uint32_t begin_incarnation_locked(Slot& s);
-  /// Queues the first frames of the incarnation (state page, configuration).
-  void start_locked_prepare(Slot& s);
-  /// Writes the frames queued for `s`.  REQUIRES: s.flush_mu held, mu_ not held.
-  void write_outbox(Slot& s);
-  /// The id the next epoch's first task gets.  REQUIRES: mu_ held.
+  /// Writes the frames queued for `worker`.  REQUIRES: its slot's flush_mu held, the
+  /// strand not entered.
+  void write_outbox(int worker);
+  /// The id the next epoch's first task gets.
   uint64_t next_first_task_locked() const;
-  /// Before-records per state page: more than the tasks that can be in flight, at most 1024.
-  uint64_t rng_slots() const;
-  /// The state at the start of `worker`'s task `task` (its page, or a resumed epoch's state).
-  std::optional<std::string> state_before_locked(const Slot& s, uint64_t task) const;
   /// Runs the stage actors until every mailbox is empty; a sampler that failed fails
   /// the epoch.
   void run_stages_locked();
-  /// Workers with frames queued for their socket.
-  std::vector<int> dirty_locked() const;
   /// Gives back the slabs of every result of the epoch not taken (reorder, handoff).
   void release_undelivered_locked();
   /// The task the application gets next.
   uint64_t next_for_application_locked() const;
-  void send_task_locked(int worker, uint64_t task);
-  void drain_waiting_locked(int worker);
-  void announce_locked(int worker, uint64_t slab);
-  void queue_locked(int worker, FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner = nullptr);
+  /// Worker `worker` is dead: its tasks are answered, the sampler retires it, the epoch fails.
   void worker_failed_locked(int worker, const std::string& type, const std::string& message);
   void set_fatal_locked(const std::string& type, const std::string& message, int worker);
-  void release_task_slab_locked(int worker, const HeldTask& t);
-  /// next() is about to wait for a task that waits for a slab (the application holds
-  /// every slab of its worker): sends it for an inline batch.  True when one was sent.
-  bool send_starved_inline_locked();
   bool releasable_locked() const;
   bool healthy_locked() const;
   void notify_locked();
   void flush_all();
   std::unique_ptr<Link> make_link(const Link::Spec& spec);
   /// Takes every Result frame the workers have published in the result rings (all
-  /// rings, or only `worker`'s) into the reorder buffer, as on_frame would.
+  /// rings, or only `worker`'s) and gives each to its link actor, as on_frame would.
   /// Returns how many it took.
   size_t drain_rings_locked(bool& flush_needed, int worker = -1);
 
+  // Set at construction (hooks_: before the first reader thread); config_.workers
+  // also by reinit(), on the strand.
   PipelineConfig config_;
   std::shared_ptr<SlabStore> slabs_;
   PipelineHooks hooks_;
-  std::vector<std::unique_ptr<Slot>> slots_;
   bool iterable_ = false;
-
-  mutable std::mutex mu_;
   std::unique_ptr<WorkerRings> rings_;  ///< Task and Result frames in shared memory; its doorbell wakes next()
+
+  // The pool's own state: on the strand (the *_locked methods: StageActors::enter() held).
   bool closed_ = false;
   uint64_t epoch_ = 0;             ///< 0: no epoch running
   uint64_t epochs_started_ = 0;
@@ -299,7 +254,11 @@ class Pipeline final : public LinkEvents,
   std::optional<Delivery> fatal_;
   bool stopped_ = false;
   uint64_t waits_ = 0;             ///< next() calls of this epoch that found nothing ready
-  std::unique_ptr<StageActors> stages_;  ///< the stage actors and their strand (mu_)
+
+  // The stages: the worker stage's slots (behind the link actors), then the stage
+  // actors with the other stages' plain classes and the strand (destroyed first).
+  std::unique_ptr<WorkerSlots> workers_;
+  std::unique_ptr<StageActors> stages_;
 };
 
 }  // namespace loader::runtime

@@ -4,11 +4,12 @@
 
 namespace loader::runtime {
 
-LinkProxy::LinkProxy(caf::actor_config& cfg, int worker, WorkerStage* stage, sampler_actor sampler,
-                     reorder_actor reorder)
+LinkProxy::LinkProxy(caf::actor_config& cfg, int worker, WorkerStage* stage, StageFailures* failures,
+                     sampler_actor sampler, reorder_actor reorder)
     : caf::actor_proxy(cfg),
       worker_(worker),
       stage_(stage),
+      failures_(failures),
       sampler_(std::move(sampler)),
       reorder_(std::move(reorder)),
       who_("the link actor of DataLoader worker " + std::to_string(worker)) {}
@@ -19,17 +20,17 @@ void LinkProxy::enqueue(caf::mailbox_element_ptr what, caf::execution_unit*) {
   if (!what) return;
   auto& content = what->content();
   if (content.match_elements<task_msg>()) {
-    stage_guarded(stage_, who_, "a task",
+    stage_guarded(failures_, who_, "a task",
                   [&] { stage_->take_task(worker_, content.get_mutable_as<task_msg>(0)); });
     return;
   }
   if (content.match_elements<caf::exit_msg>()) return;  // nothing to end: no mailbox, no thread
-  stage_->stage_failed("DataLoader runtime: " + who_ + " was sent a message it does not take (" +
+  failures_->stage_failed("DataLoader runtime: " + who_ + " was sent a message it does not take (" +
                        caf::to_string(content) + ")");
 }
 
 void LinkProxy::deliver(result_msg r, caf::execution_unit* context) {
-  stage_guarded(stage_, who_, "a result", [&] {
+  stage_guarded(failures_, who_, "a result", [&] {
     const uint64_t task = r.task_idx;
     auto send = [&](const auto& dest, auto&&... xs) {
       if (dest) dest->eq_impl(caf::make_message_id(), caf::strong_actor_ptr{ctrl()}, context, std::forward<decltype(xs)>(xs)...);
@@ -51,11 +52,11 @@ void LinkProxy::kill_proxy(caf::execution_unit* context, caf::error reason) {
   reorder_ = nullptr;
 }
 
-task_sink make_link_actor(caf::actor_system& sys, int worker, WorkerStage* stage, sampler_actor sampler,
-                          reorder_actor reorder) {
+task_sink make_link_actor(caf::actor_system& sys, int worker, WorkerStage* stage, StageFailures* failures,
+                          sampler_actor sampler, reorder_actor reorder) {
   caf::actor_config cfg;
   auto ptr = caf::make_actor<LinkProxy, caf::strong_actor_ptr>(sys.next_actor_id(), sys.node(), &sys, cfg, worker,
-                                                               stage, std::move(sampler), std::move(reorder));
+                                                               stage, failures, std::move(sampler), std::move(reorder));
   return caf::actor_cast<task_sink>(std::move(ptr));
 }
 

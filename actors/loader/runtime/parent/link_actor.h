@@ -4,7 +4,7 @@
 // a message sent to it is not queued for an activation of its own but handed at once
 // to the transport under it.  Its typed handle is a `task_sink`: the sampler sends it
 // `task_msg`, which goes straight to the worker stage's logic (WorkerStage::take_task,
-// the pipeline's slot k: held until answered, with a slab, over the task ring or the
+// WorkerSlots' slot k: held until answered, with a slab, over the task ring or the
 // socket), on the thread that sent it, the strand's.  The other way, the transport
 // hands each result it takes (the result ring, the socket) to deliver(), which lets the
 // worker stage release the task and sends the `result_msg` on to the reorder actor (an
@@ -12,7 +12,7 @@
 // this proxy as the sender.  So a worker costs the stages no activation of its own,
 // and a worker elsewhere (a CAF proxy of CAF's network layer) fits the same place.
 //
-// Thread use: send to it, and call deliver(), on the strand (the pipeline's lock held).
+// Thread use: send to it, and call deliver(), on the strand (StageActors::enter()).
 #pragma once
 
 #include <caf/all.hpp>
@@ -26,7 +26,8 @@ namespace loader::runtime {
 
 class LinkProxy final : public caf::actor_proxy {
  public:
-  LinkProxy(caf::actor_config& cfg, int worker, WorkerStage* stage, sampler_actor sampler, reorder_actor reorder);
+  LinkProxy(caf::actor_config& cfg, int worker, WorkerStage* stage, StageFailures* failures, sampler_actor sampler,
+            reorder_actor reorder);
   ~LinkProxy() override;
 
   /// A message to worker k: a `task_msg` goes to WorkerStage::take_task; anything else
@@ -44,6 +45,7 @@ class LinkProxy final : public caf::actor_proxy {
  private:
   int worker_;
   WorkerStage* stage_;
+  StageFailures* failures_;
   sampler_actor sampler_;
   reorder_actor reorder_;
   std::string who_;
@@ -51,8 +53,8 @@ class LinkProxy final : public caf::actor_proxy {
 
 /// Makes the link of worker slot `worker` (no thread, no mailbox: it ends with its last
 /// handle, or kill_proxy).
-task_sink make_link_actor(caf::actor_system& sys, int worker, WorkerStage* stage, sampler_actor sampler,
-                          reorder_actor reorder);
+task_sink make_link_actor(caf::actor_system& sys, int worker, WorkerStage* stage, StageFailures* failures,
+                          sampler_actor sampler, reorder_actor reorder);
 
 /// The proxy behind a handle make_link_actor returned.
 LinkProxy* link_proxy(const task_sink& link);

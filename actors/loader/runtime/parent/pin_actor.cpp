@@ -10,14 +10,14 @@ namespace {
 struct PinState {
   Handoff* handoff = nullptr;
   std::shared_ptr<SlabStore> slabs;
-  WorkerStage* failures = nullptr;
+  StageFailures* failures = nullptr;
   static inline const char* name = "loader.pin";
 };
 
 using pin_pointer = pin_actor::stateful_pointer<PinState>;
 
 pin_actor::behavior_type pin_behavior(pin_pointer self, Handoff* handoff, std::shared_ptr<SlabStore> slabs,
-                                      WorkerStage* failures) {
+                                      StageFailures* failures) {
   self->state.handoff = handoff;
   self->state.slabs = std::move(slabs);
   self->state.failures = failures;
@@ -35,7 +35,7 @@ pin_actor::behavior_type pin_behavior(pin_pointer self, Handoff* handoff, std::s
 }  // namespace
 
 pin_actor spawn_pin_actor(caf::actor_system& sys, Handoff* handoff, std::shared_ptr<SlabStore> slabs,
-                          WorkerStage* failures) {
+                          StageFailures* failures) {
   return sys.spawn<caf::lazy_init>(pin_behavior, handoff, std::move(slabs), failures);
 }
 

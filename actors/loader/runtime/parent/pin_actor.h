@@ -17,6 +17,6 @@ class SlabStore;
 
 /// `slabs`: null in tests without slabs (nothing is pinned).  Spawned lazily.
 pin_actor spawn_pin_actor(caf::actor_system& sys, Handoff* handoff, std::shared_ptr<SlabStore> slabs,
-                          WorkerStage* failures);
+                          StageFailures* failures);
 
 }  // namespace loader::runtime

@@ -9,7 +9,7 @@ namespace {
 struct ReorderState {
   ReorderBuffer<result_msg>* buffer = nullptr;
   pin_actor pin;
-  WorkerStage* failures = nullptr;
+  StageFailures* failures = nullptr;
   static inline const char* name = "loader.reorder";
 };
 
@@ -20,7 +20,7 @@ void release(reorder_pointer self) {
 }
 
 reorder_actor::behavior_type reorder_behavior(reorder_pointer self, ReorderBuffer<result_msg>* buffer, pin_actor pin,
-                                              WorkerStage* failures) {
+                                              StageFailures* failures) {
   self->state.buffer = buffer;
   self->state.pin = std::move(pin);
   self->state.failures = failures;
@@ -44,7 +44,7 @@ reorder_actor::behavior_type reorder_behavior(reorder_pointer self, ReorderBuffe
 }  // namespace
 
 reorder_actor spawn_reorder_actor(caf::actor_system& sys, ReorderBuffer<result_msg>* buffer, pin_actor pin,
-                                  WorkerStage* failures) {
+                                  StageFailures* failures) {
   return sys.spawn<caf::lazy_init>(reorder_behavior, buffer, std::move(pin), failures);
 }
 

@@ -12,6 +12,6 @@ namespace loader::runtime {
 
 /// Spawned lazily: it runs where its first message is handled.
 reorder_actor spawn_reorder_actor(caf::actor_system& sys, ReorderBuffer<result_msg>* buffer, pin_actor pin,
-                                  WorkerStage* failures);
+                                  StageFailures* failures);
 
 }  // namespace loader::runtime

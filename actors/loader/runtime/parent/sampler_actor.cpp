@@ -9,7 +9,7 @@ namespace {
 struct SamplerState {
   SamplerStage* stage = nullptr;
   const std::vector<task_sink>* sinks = nullptr;
-  WorkerStage* failures = nullptr;
+  StageFailures* failures = nullptr;
   static inline const char* name = "loader.sampler";
 };
 
@@ -29,7 +29,7 @@ void pump(sampler_pointer self, int32_t max) {
 }
 
 sampler_actor::behavior_type sampler_behavior(sampler_pointer self, SamplerStage* stage,
-                                              const std::vector<task_sink>* sinks, WorkerStage* failures) {
+                                              const std::vector<task_sink>* sinks, StageFailures* failures) {
   self->state.stage = stage;
   self->state.sinks = sinks;
   self->state.failures = failures;
@@ -63,7 +63,7 @@ sampler_actor::behavior_type sampler_behavior(sampler_pointer self, SamplerStage
 }  // namespace
 
 sampler_actor spawn_sampler_actor(caf::actor_system& sys, SamplerStage* stage, const std::vector<task_sink>* sinks,
-                                  WorkerStage* failures) {
+                                  StageFailures* failures) {
   return sys.spawn<caf::lazy_init>(sampler_behavior, stage, sinks, failures);
 }
 

@@ -17,6 +17,6 @@ namespace loader::runtime {
 /// before the first message; it outlives the actor).  Spawned lazily: it runs where
 /// its first message is handled.
 sampler_actor spawn_sampler_actor(caf::actor_system& sys, SamplerStage* stage, const std::vector<task_sink>* sinks,
-                                  WorkerStage* failures);
+                                  StageFailures* failures);
 
 }  // namespace loader::runtime

@@ -10,7 +10,7 @@
 namespace loader::runtime {
 
 template <class F>
-void stage_guarded(WorkerStage* stage, const std::string& who, const char* what, F&& f) {
+void stage_guarded(StageFailures* stage, const std::string& who, const char* what, F&& f) {
   try {
     f();
   } catch (const std::exception& e) {

@@ -7,15 +7,16 @@
 
 namespace loader::runtime {
 
-StageActors::StageActors(caf::actor_system& sys, int workers, WorkerStage& stage, std::shared_ptr<SlabStore> slabs)
+StageActors::StageActors(caf::actor_system& sys, int workers, WorkerStage& stage, StageFailures& failures,
+                         std::shared_ptr<SlabStore> slabs)
     : exec_(sys) {
   // Downstream first: each actor is spawned with the handles it sends to.  The
   // sampler's task sinks are the links, spawned after it (they tell it when a worker's
   // stream ran dry).
-  pin_ = spawn_pin_actor(sys, &handoff_, std::move(slabs), &stage);
-  reorder_ = spawn_reorder_actor(sys, &reordering_, pin_, &stage);
-  sampler_ = spawn_sampler_actor(sys, &sampling_, &links_, &stage);
-  for (int w = 0; w < workers; ++w) links_.push_back(make_link_actor(sys, w, &stage, sampler_, reorder_));
+  pin_ = spawn_pin_actor(sys, &handoff_, std::move(slabs), &failures);
+  reorder_ = spawn_reorder_actor(sys, &reordering_, pin_, &failures);
+  sampler_ = spawn_sampler_actor(sys, &sampling_, &links_, &failures);
+  for (int w = 0; w < workers; ++w) links_.push_back(make_link_actor(sys, w, &stage, &failures, sampler_, reorder_));
 }
 
 void StageActors::deliver(int worker, result_msg r) {

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,16 @@ namespace loader::runtime {
 
 class SlabStore;
 
-/// The worker stage's logic for the link actors (implemented by Pipeline, which holds
-/// each slot's lifecycle, link and frames).  Called on the strand.
+/// Where a stage actor reports something unexpected in its logic (the pool: the epoch
+/// fails with this message).  On the strand.
+class StageFailures {
+ public:
+  virtual ~StageFailures() = default;
+  virtual void stage_failed(const std::string& message) = 0;
+};
+
+/// The worker stage's logic behind the link actors (WorkerSlots; a fake in the actor
+/// tests).  On the strand.
 class WorkerStage {
  public:
   virtual ~WorkerStage() = default;
@@ -53,19 +62,25 @@ class WorkerStage {
   /// Worker `worker` answered: its lifecycle takes the task back; `r` is completed
   /// (its slab, its worker) for delivery.
   virtual Outcome take_result(int worker, result_msg& r) = 0;
-  /// Something unexpected in a stage actor: the epoch fails with this message.
-  virtual void stage_failed(const std::string& message) = 0;
 };
 
 class StageActors {
  public:
   /// Spawns the sampler, one link per worker, the reorder and the pin actor.
-  StageActors(caf::actor_system& sys, int workers, WorkerStage& stage, std::shared_ptr<SlabStore> slabs);
+  StageActors(caf::actor_system& sys, int workers, WorkerStage& stage, StageFailures& failures,
+              std::shared_ptr<SlabStore> slabs);
   /// stop() unless it ran.
   ~StageActors();
   StageActors(const StageActors&) = delete;
   StageActors& operator=(const StageActors&) = delete;
 
+  /// Enters the strand: one thread at a time sends to the stages, runs them, or reads
+  /// or changes a stage's plain class (of this pool, or the worker stage's slots) while
+  /// the returned lock is held.  It is the executor's lock, as a scheduler's run queue
+  /// has one: no stage's state is reachable from another stage, and a thread that
+  /// enters does so to send a message or to act as the pool, never to share data
+  /// between two stages.
+  std::unique_lock<std::mutex> enter() const { return std::unique_lock<std::mutex>(strand_mu_); }
   /// Puts a message into an actor's mailbox; it runs at the next run().
   template <class Dest, class... Ts>
   void send(const Dest& dest, Ts&&... xs) {
@@ -89,6 +104,7 @@ class StageActors {
   const Handoff& handoff() const { return handoff_; }
 
  private:
+  mutable std::mutex strand_mu_;
   InlineExecutor exec_;
   bool running_ = false;
   bool stopped_ = false;

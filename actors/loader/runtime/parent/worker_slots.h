@@ -1,0 +1,154 @@
+// WorkerSlots: the worker stage's logic in the main process, one slot per worker of a
+// pool: each worker's lifecycle (incarnations, the tasks it holds until answered), its
+// link, the frames queued for its socket, the slabs it has mapped, the tasks waiting
+// for a slab, and its counters.  The link actors are its shells (link_actor.h): a
+// `task_msg` sent to link k is take_task(k, ...), a result the transport takes is
+// take_result(k, ...) before link k sends it on.  No other stage reaches into it.
+//
+// Thread use: on the strand (StageActors::enter() held), like every stage's plain
+// class: the link actors' messages, and the pool (Pipeline) when it starts, restarts,
+// watches or stops a worker, begins or ends an epoch, or reads a position.  A slot's
+// flush_mu orders the frames written to one link; it is taken before the strand, and
+// no socket write happens on the strand (write_outbox in the pipeline takes the frames
+// out first).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loader/runtime/os/shm.h"
+#include "loader/runtime/parent/stage_actors.h"
+#include "loader/runtime/parent/worker_lifecycle.h"
+#include "loader/runtime/parent/worker_link.h"
+#include "loader/runtime/wire.h"
+
+namespace loader::runtime {
+
+class SlabStore;
+class WorkerRings;
+
+/// How the worker stage fails the epoch (the pool's: Pipeline).  On the strand.
+class WorkerStageEvents {
+ public:
+  virtual ~WorkerStageEvents() = default;
+  /// The epoch fails with this error (no slab for a task, a slab too large for the budget).
+  virtual void epoch_failed(const std::string& type, const std::string& message, int worker) = 0;
+};
+
+class WorkerSlots final : public WorkerStage {
+ public:
+  struct OutFrame {
+    FrameType type;
+    std::string body;
+    std::shared_ptr<ShmSegment> fd_owner;  ///< passes its descriptor, kept alive until written
+  };
+  struct Slot {
+    Slot(int id, int max_restarts, bool restartable) : life(id, max_restarts, restartable) {}
+    WorkerLifecycle life;
+    std::unique_ptr<Link> link;
+    std::shared_ptr<ShmSegment> state_page;  ///< RngStatePage, kept across incarnations
+    std::vector<OutFrame> outbox;
+    uint64_t socket_queued = 0;       ///< frames queued for the socket of this incarnation (worker_rings.h)
+    std::mutex flush_mu;              ///< orders the frames written to the link (before the strand)
+    std::set<uint64_t> announced;     ///< slabs the current incarnation has mapped
+    size_t dropped_cursor = 0;        ///< SlabStore::dropped_since
+    std::deque<uint64_t> waiting;     ///< held tasks with no slab yet (pool spent)
+    bool hello = false;
+    std::chrono::steady_clock::time_point started;
+    int stopped_ticks = 0;            ///< the slot actor's watchdog only
+    uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
+    bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
+    uint64_t delivered = 0;           ///< its batches next() returned in this epoch
+    uint64_t inline_batches = 0;      ///< its tasks of this epoch sent for a batch in the frame
+    uint64_t busy_ns = 0;             ///< its time on the tasks whose replies came in this epoch
+    /// A resumed epoch's generator state to send before this worker's first task of it.
+    std::optional<std::string> resume_rng;
+    /// The task that state was sent with (a restart before the task started sends it again).
+    std::optional<std::pair<uint64_t, std::string>> resume_sent;
+    /// The pid of a starting or running incarnation, else -1.
+    int live_pid() const { return link && life.accepting() ? link->pid() : -1; }
+  };
+
+  /// `rings`, `slabs` and `events` outlive the slots.  `rng_slots`: before-records per
+  /// state page.
+  WorkerSlots(int workers, int max_restarts, bool restartable, WorkerRings& rings, SlabStore& slabs,
+              uint64_t rng_slots, WorkerStageEvents& events);
+
+  int size() const { return static_cast<int>(slots_.size()); }
+  Slot& at(int worker) { return *slots_[static_cast<size_t>(worker)]; }
+  const Slot& at(int worker) const { return *slots_[static_cast<size_t>(worker)]; }
+
+  // ---- the pool's epoch and end, as the pool tells the stage
+  /// Tasks taken from now on belong to `epoch` (0: none runs; answers of an ended epoch
+  /// give their slabs back).
+  void set_epoch(uint64_t epoch);
+  /// No task goes out any more (the pool shut down).
+  void close() { closed_ = true; }
+
+  // ---- incarnations
+  /// A new generation for worker `w` (lifecycle Starting, hello and watchdog reset, its
+  /// rings emptied).
+  uint32_t begin_incarnation(int w);
+  /// Queues the first frames of the incarnation: the state page, the rings, the
+  /// configuration `init` (an encoded WorkerConfig).
+  void prepare_incarnation(int w, std::string init);
+  /// After a restart: slabs of other epochs' tasks come back, the generator goes back
+  /// to where the first unfinished task began, and every held task goes out again.
+  void resend_held(int w);
+  /// Incarnation `gen` of worker `w` went down (`how`; `executable`: the worker program,
+  /// for the message of one that never said hello): restart it, fail it, or ignore it
+  /// (an older incarnation).
+  WorkerLifecycle::Decision down(int w, uint32_t gen, const WorkerExit& how, const std::string& executable);
+  /// Worker `w` is dead (`type`, `message`): every task it held is answered (its slab
+  /// comes back).
+  void fail(int w, const std::string& type, const std::string& message);
+  /// Gives back the slabs of every task `w` holds (shutdown).
+  void release_all(int w);
+
+  // ---- frames to the workers
+  void queue(int w, FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner = nullptr);
+  /// Workers with frames queued for their socket.
+  std::vector<int> dirty() const;
+
+  // ---- tasks (WorkerStage: the link actors)
+  void take_task(int worker, task_msg& task) override;
+  Outcome take_result(int worker, result_msg& r) override;
+
+  /// A batch of worker `w` was dropped (its slab is back): its tasks waiting for a slab
+  /// go out.  True when any did.
+  bool slab_released(int w);
+  /// The application is about to wait for a task that waits for a slab (it holds every
+  /// slab of its worker): that task goes out for a batch in the frame.  `in_order`,
+  /// `next_expected`: the reorder stage's order.  True when one was sent.
+  bool send_starved_inline(bool in_order, uint64_t next_expected);
+
+  // ---- random streams
+  /// Before-records per state page: more than the tasks that can be in flight, at most 1024.
+  uint64_t rng_slots() const { return rng_slots_; }
+  /// The state at the start of worker `w`'s task `task` (its page, or a resumed epoch's state).
+  std::optional<std::string> state_before(int w, uint64_t task) const;
+
+ private:
+  void send_task(int w, uint64_t task);
+  void drain_waiting(int w);
+  void announce(int w, uint64_t slab);
+  void release_task_slab(int w, const HeldTask& t);
+
+  std::vector<std::unique_ptr<Slot>> slots_;
+  WorkerRings& rings_;
+  SlabStore& slabs_;
+  uint64_t rng_slots_;
+  WorkerStageEvents& events_;
+  uint64_t epoch_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace loader::runtime
