@@ -87,8 +87,21 @@ class FakeWorkerStage final : public WorkerStage, public StageFailures {
     r.batch.slab = 5;  // the slab the pipeline held for the task
     return outcome;
   }
+  bool current(int, uint32_t gen) const override { return gen == generation; }
+  void hello(int worker, uint32_t gen) override { taken.push_back("worker " + std::to_string(worker) + " hello " + std::to_string(gen)); }
+  void ready(int worker, uint32_t gen) override { taken.push_back("worker " + std::to_string(worker) + " ready " + std::to_string(gen)); }
+  bool failed(int worker, uint32_t gen, const std::string& type, const std::string&) override {
+    taken.push_back("worker " + std::to_string(worker) + " failed " + std::to_string(gen) + " " + type);
+    return gen == generation;
+  }
+  bool down(int worker, uint32_t gen, const WorkerExit&) override {
+    taken.push_back("worker " + std::to_string(worker) + " down " + std::to_string(gen));
+    return gen == generation && !restartable;
+  }
   void stage_failed(const std::string& message) override { failures.push_back(message); }
   Outcome outcome = Outcome::Deliver;
+  uint32_t generation = 1;  ///< the current incarnation
+  bool restartable = false;
   std::vector<std::string> taken;
   std::vector<std::string> failures;
 };
@@ -256,6 +269,39 @@ TEST_F(StageActorTest, ALinkTakesTasksToItsWorkerAtOnceAndResultsOnToTheReorderS
             std::string::npos)
       << stage_.failures[0];
   link_proxy(link)->kill_proxy(nullptr, caf::exit_reason::user_shutdown);
+}
+
+TEST_F(StageActorTest, ALinkTakesItsWorkersEventsDropsAnOlderIncarnationsAndRetiresADeadWorker) {
+  auto sampler = keep(sys_.spawn(recording_sampler, &rec_));
+  auto reorder = keep(sys_.spawn(recording_reorder, &rec_));
+  link_actor link = caf::actor_cast<link_actor>(make_link_actor(sys_, 0, &stage_, &stage_, sampler, reorder));
+  stage_.generation = 2;
+  caf::anon_send(link, hello_atom::value, uint32_t{2});
+  caf::anon_send(link, ready_atom::value, uint32_t{2});
+  EXPECT_EQ(stage_.taken, (std::vector<std::string>{"worker 0 hello 2", "worker 0 ready 2"}))
+      << "the worker stage hears of them on the sender's thread";
+  caf::anon_send(link, uint32_t{1}, result(4, -1));
+  caf::anon_send(link, uint32_t{2}, result(5, -1));
+  sched_.run();
+  ASSERT_EQ(rec_.results.size(), 1u) << "the result of incarnation 1 is dropped";
+  EXPECT_EQ(rec_.results[0].task_idx, 5u);
+  stage_.restartable = true;
+  caf::anon_send(link, down_atom::value, uint32_t{2}, WorkerExit{WorkerExit::Kind::Signal, 9, "", -1});
+  sched_.run();
+  EXPECT_TRUE(rec_.events.empty()) << "a worker that is restarted is not retired";
+  caf::anon_send(link, fatal_atom::value, uint32_t{1}, std::string("ValueError"), std::string("old"));
+  sched_.run();
+  EXPECT_TRUE(rec_.events.empty()) << "an older incarnation's failure retires nothing";
+  caf::anon_send(link, fatal_atom::value, uint32_t{2}, std::string("ValueError"), std::string("bad dataset"));
+  sched_.run();
+  EXPECT_EQ(rec_.events, (std::vector<std::string>{"retire 0"}));
+  stage_.restartable = false;
+  stage_.generation = 3;
+  caf::anon_send(link, down_atom::value, uint32_t{3}, WorkerExit{WorkerExit::Kind::Signal, 9, "", -1});
+  sched_.run();
+  EXPECT_EQ(rec_.events, (std::vector<std::string>{"retire 0", "retire 0"})) << "dead after its end";
+  EXPECT_TRUE(stage_.failures.empty());
+  link_proxy(caf::actor_cast<task_sink>(link))->kill_proxy(nullptr, caf::exit_reason::user_shutdown);
 }
 
 TEST_F(StageActorTest, ThePinActorHandsOverWhatItReceivesInOrder) {

@@ -31,7 +31,8 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
   }
   // Before-records per state page: more than the tasks that can be in flight, at most 1024.
   const uint64_t rng_slots = std::min<uint64_t>(static_cast<uint64_t>(config_.prefetch_factor) * n + 1, 1024);
-  workers_ = std::make_unique<WorkerSlots>(n, config_.max_restarts, !iterable_, *rings_, *slabs_, rng_slots, *this);
+  workers_ = std::make_unique<WorkerSlots>(n, config_.max_restarts, !iterable_, *rings_, *slabs_, rng_slots, *this,
+                                           config_.executable);
   stages_ = std::make_unique<StageActors>(*config_.system, n, *workers_, *this, slabs_);
 }
 
@@ -565,38 +566,37 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
   std::vector<int> dirty;
   {
     const auto lock = stages_->enter();
-    WorkerSlots::Slot& s = workers_->at(worker);
-    if (closed_ || !s.life.current(gen)) return;  // an older incarnation: nothing of it applies
+    if (closed_) return;
+    // Every frame becomes a message to link k, which drops an older incarnation's.
+    const link_actor link = stages_->link(worker);
     try {
       switch (f.type) {
-        case FrameType::Hello: s.hello = true; return;
-        case FrameType::Ready: s.life.ready(gen); return;
+        case FrameType::Hello: stages_->send(link, hello_atom::value, gen); break;
+        case FrameType::Ready: stages_->send(link, ready_atom::value, gen); break;
         case FrameType::InitError: {
           Reader in(f.body);
           std::string type = in.string();
           std::string message = in.string();
           const std::string when = in.remaining() ? in.string() : std::string("to start");
-          worker_failed_locked(worker, type,
-                               "DataLoader worker " + std::to_string(worker) + " failed " + when + ": " + type + ": " + message);
-          notify_locked();
-          return;
+          stages_->send(link, fatal_atom::value, gen, type,
+                        "DataLoader worker " + std::to_string(worker) + " failed " + when + ": " + type + ": " + message);
+          break;
         }
         default: {
-          // A result on the socket (too large for the ring, or the ring was full):
-          // to the link actor, as the rings' results are.
+          // A result on the socket (too large for the ring, or the ring was full).
           WorkerReply r = decode_reply(static_cast<uint8_t>(f.type), f.body);
           const uint64_t task = r.task;
-          stages_->deliver(worker, result_msg{task, std::move(r), worker});
-          run_stages_locked();
-          dirty = workers_->dirty();
+          stages_->send(link, gen, result_msg{task, std::move(r), worker});
           break;
         }
       }
     } catch (const std::exception& e) {
-      worker_failed_locked(worker, "RuntimeError", "DataLoader worker " + std::to_string(worker) +
-                                                       " sent a frame the main process cannot read (" +
-                                                       frame_type_name(f.type) + "): " + e.what());
+      stages_->send(link, fatal_atom::value, gen, std::string("RuntimeError"),
+                    "DataLoader worker " + std::to_string(worker) + " sent a frame the main process cannot read (" +
+                        frame_type_name(f.type) + "): " + e.what());
     }
+    run_stages_locked();
+    dirty = workers_->dirty();
     notify_locked();
   }
   if (hooks_.flush_later)
@@ -609,46 +609,36 @@ void Pipeline::epoch_failed(const std::string& type, const std::string& message,
   set_fatal_locked(type, message, worker);
 }
 
+void Pipeline::worker_restarting(int worker, uint32_t gen, const std::string& warning) {
+  restarts_due_.push_back(RestartDue{worker, gen, warning});
+}
+
 void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
-  std::string warning;
-  bool restart = false;
+  std::vector<RestartDue> restarts;
   bool flush_needed = false;
   {
     const auto lock = stages_->enter();
     if (closed_) return;
     // What the incarnation published before it went down counts (answered tasks are not
     // re-sent); nothing more can come from it.
-    if (workers_->at(worker).life.current(gen) && drain_rings_locked(flush_needed, worker) > 0) notify_locked();
-    const auto d = workers_->down(worker, gen, how, config_.executable);
-    switch (d.kind) {
-      case WorkerLifecycle::Decision::Kind::Ignore: return;
-      case WorkerLifecycle::Decision::Kind::Restart:
-        warning = d.message;
-        restart = true;
-        break;
-      case WorkerLifecycle::Decision::Kind::Fail:
-        worker_failed_locked(worker, "RuntimeError", d.message);
-        notify_locked();
-        break;
-    }
+    if (workers_->current(worker, gen) && drain_rings_locked(flush_needed, worker) > 0) notify_locked();
+    stages_->send(stages_->link(worker), down_atom::value, gen, how);
+    run_stages_locked();
+    restarts.swap(restarts_due_);  // worker_restarting, during the send
+    notify_locked();
   }
   if (flush_needed && hooks_.flush_later)
     for (int w = 0; w < num_workers(); ++w) hooks_.flush_later(w);  // a flush with nothing queued writes nothing
-  if (restart) {
-    warn(warning);
-    if (hooks_.restart_later) hooks_.restart_later(worker, gen);
+  for (const RestartDue& r : restarts) {
+    warn(r.warning);
+    if (hooks_.restart_later) hooks_.restart_later(r.worker, r.gen);
   }
 }
 
 void Pipeline::worker_failed_locked(int worker, const std::string& type, const std::string& message) {
-  // Every task it held is answered: the epoch fails with this error.
-  workers_->fail(worker, type, message);
-  const WorkerSlots::Slot& s = workers_->at(worker);
-  if (stages_->sampling().active()) {
-    stages_->send(stages_->sampler(), retire_atom::value, static_cast<int32_t>(worker));
-    run_stages_locked();
-  }
-  if (epoch_ != 0) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), worker);
+  // As the worker's own failure would: link k fails its slot and retires it.
+  stages_->send(stages_->link(worker), fatal_atom::value, workers_->at(worker).life.generation(), type, message);
+  run_stages_locked();
 }
 
 void Pipeline::set_fatal_locked(const std::string& type, const std::string& message, int worker) {

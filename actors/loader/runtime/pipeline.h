@@ -201,6 +201,7 @@ class Pipeline final : public LinkEvents,
   // ---- (WorkerStageEvents)
   void stage_failed(const std::string& message) override;
   void epoch_failed(const std::string& type, const std::string& message, int worker) override;
+  void worker_restarting(int worker, uint32_t gen, const std::string& warning) override;
 
   // ---- reader threads (LinkEvents)
   void on_frame(int worker, uint32_t gen, Frame& frame) override;
@@ -224,7 +225,8 @@ class Pipeline final : public LinkEvents,
   void release_undelivered_locked();
   /// The task the application gets next.
   uint64_t next_for_application_locked() const;
-  /// Worker `worker` is dead: its tasks are answered, the sampler retires it, the epoch fails.
+  /// Worker `worker` is dead (`fatal` to its link: its tasks are answered, the
+  /// sampler retires it, the epoch fails).
   void worker_failed_locked(int worker, const std::string& type, const std::string& message);
   void set_fatal_locked(const std::string& type, const std::string& message, int worker);
   bool releasable_locked() const;
@@ -254,6 +256,12 @@ class Pipeline final : public LinkEvents,
   std::optional<Delivery> fatal_;
   bool stopped_ = false;
   uint64_t waits_ = 0;             ///< next() calls of this epoch that found nothing ready
+  struct RestartDue {
+    int worker;
+    uint32_t gen;
+    std::string warning;
+  };
+  std::vector<RestartDue> restarts_due_;  ///< worker_restarting, taken by on_down off the strand
 
   // The stages: the worker stage's slots (behind the link actors), then the stage
   // actors with the other stages' plain classes and the strand (destroyed first).

@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "loader/runtime/parent/worker_lifecycle.h"  // WorkerExit (link k's down message)
+
 namespace loader::runtime {
 
 // ---------------------------------------------------------------- the card's messages
@@ -93,6 +95,12 @@ typename Inspector::result_type inspect(Inspector& f, result_msg& x) {
   return f(caf::meta::type_name("result_msg"), x.task_idx, x.batch, x.worker);
 }
 
+/// How a worker incarnation ended (parent/worker_lifecycle.h): reader thread -> link k.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, WorkerExit& x) {
+  return f(caf::meta::type_name("WorkerExit"), x.kind, x.code, x.detail, x.pid, x.oom_killed, x.oom_evidence);
+}
+
 // ---------------------------------------------------------------- worker actor
 
 /// worker host -> worker actor, an incarnation's first message and again when a
@@ -143,9 +151,10 @@ using uplink_actor = caf::typed_actor<
 //
 // The batch path of a pool (parent/stage_actors.h): sampler -> link k -> (worker k) ->
 // link k -> reorder -> pin -> the application.  These actors run on the pool's
-// strand (one InlineExecutor, run by whichever thread holds the pipeline's lock: the
-// application thread in next(), a reader thread with a frame), so a batch costs
-// mailbox messages and no thread hand-off.
+// strand (one InlineExecutor, run by whichever thread has entered it,
+// StageActors::enter(): the application thread in next(), a reader thread with a
+// frame, a slot actor restarting its worker), so a batch costs mailbox messages and
+// no thread hand-off.
 
 /// What the sampler sends tasks to: a worker actor, or whatever stands for one (the
 /// link actor of a worker process or thread, parent/link_actor.h: a proxy that hands
@@ -153,13 +162,44 @@ using uplink_actor = caf::typed_actor<
 /// sees nothing else of a worker.
 using task_sink = caf::typed_actor<caf::reacts_to<task_msg>>;
 
+/// reader thread of worker k -> link k: incarnation `gen` went down (a WorkerExit);
+/// Pipeline -> slot actor k (hooks.restart_later): its lifecycle decided to restart it.
+using down_atom = caf::atom_constant<caf::atom("down")>;
+/// reader thread of worker k -> link k: incarnation `gen` said hello (its process
+/// entered the worker loop; the watchdog stops waiting for it).
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+
+/// Link k: worker k as the main process's stages see it (parent/link_actor.h).  Every
+/// event of worker k reaches its slot in the worker stage (WorkerSlots) as one of
+/// these messages, each naming the incarnation (`gen`) it comes from; an older
+/// incarnation's is dropped:
+///   task_msg                 sampler -> link k: a task for worker k (its task_sink face)
+///   (gen, result_msg)        reader thread k -> link k: a result that came over the
+///                            socket (a result from the result ring, which is the
+///                            incarnation's own, goes to LinkProxy::deliver)
+///   (hello, gen)             reader thread k: the process entered the worker loop
+///   (ready, gen)             reader thread k: the worker actor built its dataset (what
+///                            it sent its uplink as `ready`)
+///   (fatal, gen, type, msg)  reader thread k: the worker cannot go on (its uplink's
+///                            `fatal`); the pool: worker k could not be started or sent
+///                            what the main process cannot read
+///   (down, gen, WorkerExit)  reader thread k: the incarnation is gone (reaped)
+/// A worker that is dead after `fatal` or `down` is retired: link k -> sampler `retire`.
+using link_actor = caf::typed_actor<
+    caf::reacts_to<task_msg>,
+    caf::reacts_to<uint32_t /*gen*/, result_msg>,
+    caf::reacts_to<hello_atom, uint32_t /*gen*/>,
+    caf::reacts_to<ready_atom, uint32_t /*gen*/>,
+    caf::reacts_to<fatal_atom, uint32_t /*gen*/, std::string /*type*/, std::string /*message*/>,
+    caf::reacts_to<down_atom, uint32_t /*gen*/, WorkerExit>>;
+
 /// application thread (Pipeline::next, the result of `task` from `worker` taken) ->
 /// sampler: the task is done and its credit comes back.
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
 /// link k -> sampler: worker k's iterable stream ran dry at task `task` (no result:
 /// its credit comes back, the worker gets no more tasks this epoch).
 using dry_atom = caf::atom_constant<caf::atom("dry")>;
-/// Pipeline -> sampler: worker k is gone for good (it gets no more tasks).
+/// link k -> sampler: worker k is gone for good (it gets no more tasks).
 using retire_atom = caf::atom_constant<caf::atom("retire")>;
 /// Pipeline -> sampler: send up to `max` tasks (-1: as many as credits allow); an
 /// epoch's first tasks go out one at a time, each written to its worker at once.
@@ -185,9 +225,6 @@ using pin_actor = caf::typed_actor<caf::reacts_to<result_msg>>;
 
 // ---------------------------------------------------------------- main process control
 
-/// reader thread of worker k (Pipeline::on_down) -> slot actor k: incarnation `gen`
-/// of worker k went down and its lifecycle decided to restart it.
-using down_atom = caf::atom_constant<caf::atom("down")>;
 /// reader thread (Pipeline::on_frame) -> slot actor k: frames are queued for worker
 /// k (a larger slab for a batch that did not fit, the next task of an iterable).
 /// Readers never write to a socket themselves.

@@ -16,17 +16,36 @@ LinkProxy::LinkProxy(caf::actor_config& cfg, int worker, WorkerStage* stage, Sta
 
 LinkProxy::~LinkProxy() = default;
 
-void LinkProxy::enqueue(caf::mailbox_element_ptr what, caf::execution_unit*) {
+void LinkProxy::enqueue(caf::mailbox_element_ptr what, caf::execution_unit* context) {
   if (!what) return;
-  auto& content = what->content();
-  if (content.match_elements<task_msg>()) {
-    stage_guarded(failures_, who_, "a task",
-                  [&] { stage_->take_task(worker_, content.get_mutable_as<task_msg>(0)); });
-    return;
+  auto& m = what->content();
+  auto retire = [&] {
+    if (sampler_)
+      sampler_->eq_impl(caf::make_message_id(), caf::strong_actor_ptr{ctrl()}, context, retire_atom::value,
+                        static_cast<int32_t>(worker_));
+  };
+  if (m.match_elements<task_msg>()) {
+    stage_guarded(failures_, who_, "a task", [&] { stage_->take_task(worker_, m.get_mutable_as<task_msg>(0)); });
+  } else if (m.match_elements<uint32_t, result_msg>()) {
+    if (stage_->current(worker_, m.get_as<uint32_t>(0))) deliver(std::move(m.get_mutable_as<result_msg>(1)), context);
+  } else if (m.match_elements<hello_atom, uint32_t>()) {
+    stage_guarded(failures_, who_, "a hello", [&] { stage_->hello(worker_, m.get_as<uint32_t>(1)); });
+  } else if (m.match_elements<ready_atom, uint32_t>()) {
+    stage_guarded(failures_, who_, "a ready", [&] { stage_->ready(worker_, m.get_as<uint32_t>(1)); });
+  } else if (m.match_elements<fatal_atom, uint32_t, std::string, std::string>()) {
+    stage_guarded(failures_, who_, "a worker's failure", [&] {
+      if (stage_->failed(worker_, m.get_as<uint32_t>(1), m.get_as<std::string>(2), m.get_as<std::string>(3))) retire();
+    });
+  } else if (m.match_elements<down_atom, uint32_t, WorkerExit>()) {
+    stage_guarded(failures_, who_, "a worker's end", [&] {
+      if (stage_->down(worker_, m.get_as<uint32_t>(1), m.get_as<WorkerExit>(2))) retire();
+    });
+  } else if (m.match_elements<caf::exit_msg>()) {
+    // nothing to end: no mailbox, no thread
+  } else {
+    failures_->stage_failed("DataLoader runtime: " + who_ + " was sent a message it does not take (" +
+                            caf::to_string(m) + ")");
   }
-  if (content.match_elements<caf::exit_msg>()) return;  // nothing to end: no mailbox, no thread
-  failures_->stage_failed("DataLoader runtime: " + who_ + " was sent a message it does not take (" +
-                       caf::to_string(content) + ")");
 }
 
 void LinkProxy::deliver(result_msg r, caf::execution_unit* context) {

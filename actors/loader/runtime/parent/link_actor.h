@@ -2,15 +2,21 @@
 //
 // It is a CAF actor proxy, as CAF's own stand-in for an actor of another process is:
 // a message sent to it is not queued for an activation of its own but handed at once
-// to the transport under it.  Its typed handle is a `task_sink`: the sampler sends it
-// `task_msg`, which goes straight to the worker stage's logic (WorkerStage::take_task,
-// WorkerSlots' slot k: held until answered, with a slab, over the task ring or the
-// socket), on the thread that sent it, the strand's.  The other way, the transport
-// hands each result it takes (the result ring, the socket) to deliver(), which lets the
-// worker stage release the task and sends the `result_msg` on to the reorder actor (an
-// iterable that ran dry: `skip` to the reorder actor and `dry` to the sampler), with
-// this proxy as the sender.  So a worker costs the stages no activation of its own,
-// and a worker elsewhere (a CAF proxy of CAF's network layer) fits the same place.
+// to the worker stage under it (WorkerStage: WorkerSlots' slot k), on the thread that
+// sent it, the strand's.  Its typed handle is a `link_actor` (protocol.h); the sampler
+// sees only its `task_sink` face:
+//   task_msg     from the sampler: WorkerStage::take_task (held until answered, with a
+//                slab, over the task ring or the socket);
+//   events       from worker k's transport (its reader thread): a result that came
+//                over the socket, hello, ready, fatal, down, each naming the
+//                incarnation; an older incarnation's are dropped.  A worker that died
+//                of one is retired: `retire` to the sampler.
+// A result taken from the result ring (the incarnation's own) is handed to deliver(),
+// which lets the worker stage release the task and sends the `result_msg` on to the
+// reorder actor (an iterable that ran dry: `skip` to the reorder actor and `dry` to
+// the sampler), with this proxy as the sender.  So a worker costs the stages no
+// activation of its own, and a worker elsewhere (a CAF proxy of CAF's network layer)
+// fits the same place.
 //
 // Thread use: send to it, and call deliver(), on the strand (StageActors::enter()).
 #pragma once
@@ -30,8 +36,8 @@ class LinkProxy final : public caf::actor_proxy {
             reorder_actor reorder);
   ~LinkProxy() override;
 
-  /// A message to worker k: a `task_msg` goes to WorkerStage::take_task; anything else
-  /// is a fault of the runtime and fails the epoch naming it.
+  /// A message to worker k (link_actor's, protocol.h) goes to its WorkerStage method;
+  /// anything else is a fault of the runtime and fails the epoch naming it.
   void enqueue(caf::mailbox_element_ptr what, caf::execution_unit* context) override;
   /// A result of worker k, taken from the transport: on to the reorder stage (through
   /// `context`: the strand's executor, or nullptr for the system's scheduler).

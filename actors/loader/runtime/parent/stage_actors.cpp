@@ -24,6 +24,11 @@ void StageActors::deliver(int worker, result_msg r) {
   link_proxy(links_[static_cast<size_t>(worker)])->deliver(std::move(r), &exec_);
 }
 
+link_actor StageActors::link(int worker) const {
+  if (worker < 0 || static_cast<size_t>(worker) >= links_.size()) return link_actor{};
+  return caf::actor_cast<link_actor>(links_[static_cast<size_t>(worker)]);
+}
+
 StageActors::~StageActors() { stop(); }
 
 void StageActors::run() {

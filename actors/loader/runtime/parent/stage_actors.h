@@ -62,6 +62,17 @@ class WorkerStage {
   /// Worker `worker` answered: its lifecycle takes the task back; `r` is completed
   /// (its slab, its worker) for delivery.
   virtual Outcome take_result(int worker, result_msg& r) = 0;
+  /// Whether `gen` is worker `worker`'s current incarnation (an older one's events
+  /// are dropped).
+  virtual bool current(int worker, uint32_t gen) const = 0;
+  /// Incarnation `gen` said hello / is ready.
+  virtual void hello(int worker, uint32_t gen) = 0;
+  virtual void ready(int worker, uint32_t gen) = 0;
+  /// Incarnation `gen` cannot go on: the worker is dead, its tasks answered with this
+  /// error.  True when it died now (the link retires it in the sampler).
+  virtual bool failed(int worker, uint32_t gen, const std::string& type, const std::string& message) = 0;
+  /// Incarnation `gen` went down (`how`): restarted, or dead.  True when it died now.
+  virtual bool down(int worker, uint32_t gen, const WorkerExit& how) = 0;
 };
 
 class StageActors {
@@ -93,6 +104,8 @@ class StageActors {
   void stop();
 
   const sampler_actor& sampler() const { return sampler_; }
+  /// Worker `worker`'s link (0 <= worker < workers; a null handle after stop()).
+  link_actor link(int worker) const;
   /// A result of `worker`, taken from the transport: to its link, which passes it on.
   void deliver(int worker, result_msg r);
 

@@ -10,8 +10,8 @@
 namespace loader::runtime {
 
 WorkerSlots::WorkerSlots(int workers, int max_restarts, bool restartable, WorkerRings& rings, SlabStore& slabs,
-                         uint64_t rng_slots, WorkerStageEvents& events)
-    : rings_(rings), slabs_(slabs), rng_slots_(rng_slots), events_(events) {
+                         uint64_t rng_slots, WorkerStageEvents& events, std::string executable)
+    : rings_(rings), slabs_(slabs), rng_slots_(rng_slots), events_(events), executable_(std::move(executable)) {
   for (int w = 0; w < workers; ++w) slots_.push_back(std::make_unique<Slot>(w, max_restarts, restartable));
 }
 
@@ -80,8 +80,21 @@ void WorkerSlots::resend_held(int w) {
   for (uint64_t task : tasks) send_task(w, task);
 }
 
-WorkerLifecycle::Decision WorkerSlots::down(int w, uint32_t gen, const WorkerExit& how,
-                                            const std::string& executable) {
+void WorkerSlots::hello(int w, uint32_t gen) {
+  if (current(w, gen)) at(w).hello = true;
+}
+
+void WorkerSlots::ready(int w, uint32_t gen) {
+  if (current(w, gen)) at(w).life.ready(gen);
+}
+
+bool WorkerSlots::failed(int w, uint32_t gen, const std::string& type, const std::string& message) {
+  if (!current(w, gen)) return false;
+  fail(w, type, message);
+  return true;
+}
+
+bool WorkerSlots::down(int w, uint32_t gen, const WorkerExit& how) {
   Slot& s = at(w);
   // A kept worker that died before it started a task of the epoch it was
   // re-initialised for died between epochs (its state page has no record of such a
@@ -98,14 +111,21 @@ WorkerLifecycle::Decision WorkerSlots::down(int w, uint32_t gen, const WorkerExi
                       "it exited with status " + std::to_string(how.code) +
                           " before it said hello to the main process: is the worker program one whose main() "
                           "calls loader::runtime::run_worker_if_requested(argc, argv) first? (" +
-                          (executable.empty() ? std::string("this program") : executable) + ")"};
-  return s.life.down(gen, exit, between_epochs);
+                          (executable_.empty() ? std::string("this program") : executable_) + ")"};
+  const auto d = s.life.down(gen, exit, between_epochs);
+  switch (d.kind) {
+    case WorkerLifecycle::Decision::Kind::Ignore: return false;
+    case WorkerLifecycle::Decision::Kind::Restart: events_.worker_restarting(w, gen, d.message); return false;
+    case WorkerLifecycle::Decision::Kind::Fail: fail(w, "RuntimeError", d.message); return true;
+  }
+  return false;
 }
 
 void WorkerSlots::fail(int w, const std::string& type, const std::string& message) {
   Slot& s = at(w);
   s.life.fail(s.life.generation(), type, message);
   release_all(w);
+  if (epoch_ != 0) events_.epoch_failed(s.life.fatal_type(), s.life.fatal_message(), w);
 }
 
 void WorkerSlots::release_all(int w) {

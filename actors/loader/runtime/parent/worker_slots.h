@@ -39,8 +39,12 @@ class WorkerRings;
 class WorkerStageEvents {
  public:
   virtual ~WorkerStageEvents() = default;
-  /// The epoch fails with this error (no slab for a task, a slab too large for the budget).
+  /// The epoch fails with this error (a worker died, no slab for a task, a slab too
+  /// large for the budget).
   virtual void epoch_failed(const std::string& type, const std::string& message, int worker) = 0;
+  /// Incarnation `gen` of worker `worker` went down and is to be restarted (`warning`
+  /// says why): the pool starts the next one off the strand (a process spawn).
+  virtual void worker_restarting(int worker, uint32_t gen, const std::string& warning) = 0;
 };
 
 class WorkerSlots final : public WorkerStage {
@@ -78,9 +82,10 @@ class WorkerSlots final : public WorkerStage {
   };
 
   /// `rings`, `slabs` and `events` outlive the slots.  `rng_slots`: before-records per
-  /// state page.
+  /// state page.  `executable`: the worker program (empty: this one), named when a
+  /// worker exits before it said hello.
   WorkerSlots(int workers, int max_restarts, bool restartable, WorkerRings& rings, SlabStore& slabs,
-              uint64_t rng_slots, WorkerStageEvents& events);
+              uint64_t rng_slots, WorkerStageEvents& events, std::string executable);
 
   int size() const { return static_cast<int>(slots_.size()); }
   Slot& at(int worker) { return *slots_[static_cast<size_t>(worker)]; }
@@ -103,12 +108,9 @@ class WorkerSlots final : public WorkerStage {
   /// After a restart: slabs of other epochs' tasks come back, the generator goes back
   /// to where the first unfinished task began, and every held task goes out again.
   void resend_held(int w);
-  /// Incarnation `gen` of worker `w` went down (`how`; `executable`: the worker program,
-  /// for the message of one that never said hello): restart it, fail it, or ignore it
-  /// (an older incarnation).
-  WorkerLifecycle::Decision down(int w, uint32_t gen, const WorkerExit& how, const std::string& executable);
-  /// Worker `w` is dead (`type`, `message`): every task it held is answered (its slab
-  /// comes back).
+  /// Worker `w` is dead (`type`, `message`: its current incarnation fails, unless it
+  /// is dead already): every task it held is answered (its slab comes back), and the
+  /// running epoch fails with the worker's error.
   void fail(int w, const std::string& type, const std::string& message);
   /// Gives back the slabs of every task `w` holds (shutdown).
   void release_all(int w);
@@ -118,9 +120,16 @@ class WorkerSlots final : public WorkerStage {
   /// Workers with frames queued for their socket.
   std::vector<int> dirty() const;
 
-  // ---- tasks (WorkerStage: the link actors)
+  // ---- the link actors' messages (WorkerStage)
   void take_task(int worker, task_msg& task) override;
   Outcome take_result(int worker, result_msg& r) override;
+  bool current(int worker, uint32_t gen) const override { return at(worker).life.current(gen); }
+  void hello(int worker, uint32_t gen) override;
+  void ready(int worker, uint32_t gen) override;
+  bool failed(int worker, uint32_t gen, const std::string& type, const std::string& message) override;
+  /// Restart (WorkerStageEvents::worker_restarting), fail, or ignore (an older
+  /// incarnation), as its lifecycle decides.
+  bool down(int worker, uint32_t gen, const WorkerExit& how) override;
 
   /// A batch of worker `w` was dropped (its slab is back): its tasks waiting for a slab
   /// go out.  True when any did.
@@ -147,6 +156,7 @@ class WorkerSlots final : public WorkerStage {
   SlabStore& slabs_;
   uint64_t rng_slots_;
   WorkerStageEvents& events_;
+  std::string executable_;
   uint64_t epoch_ = 0;
   bool closed_ = false;
 };
