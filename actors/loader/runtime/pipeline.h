@@ -1,49 +1,53 @@
-// Pipeline: the worker pool of one DataLoader in the main process: its worker slots
-// (the worker stage's logic: each worker's lifecycle, link, frames, slabs) and the
-// stage actors its batches travel through (stage_actors.h):
+// Pipeline: the worker pool of one DataLoader in the main process: it starts, restarts,
+// watches and stops its workers, begins and ends epochs, and hands the application
+// its results.  The batches travel through the stage actors (stage_actors.h), each a
+// thin shell over its stage's plain class, which no other stage reaches into:
 //
 //   sampler actor  SamplerStage: TaskSource (the index stream) + TaskDispatcher
 //                  (credits, PyTorch's round robin, the in_order=false capacity rule)
-//   link actor k   worker slot k (WorkerStage, implemented here), a CAF actor proxy
-//                  (link_actor.h): a task sent to it is held until answered and sent
-//                  at once with a slab over the task ring (or the socket); a result
-//                  from the ring or the socket goes on to the reorder stage
+//   link actor k   WorkerSlots' slot k (worker_slots.h: the worker's lifecycle, link,
+//                  frames, slabs), a CAF actor proxy (link_actor.h): a task sent to it
+//                  is held until answered and sent at once with a slab over the task
+//                  ring (or the socket); a result from the ring or the socket goes on
+//                  to the reorder stage; hello, ready, fatal and down change the slot
 //   reorder actor  ReorderBuffer: results leave in task order (or completion order)
 //   pin actor      Handoff: each result handed over, marked page-locked when its slab
 //                  is (SlabStore pins a slab once, when made)
 //
-// Task (task_msg) and result (result_msg) are actor messages.  The stage actors run
-// on the pool's strand: an InlineExecutor that whoever holds mu_ runs, so a batch
-// costs mailbox messages but no thread hand-off or wake-up (the measurement that chose
-// this is in docs/architecture.md):
+// Task (task_msg), result (result_msg) and every event of a worker are actor messages.
+// The stage actors run on the pool's strand: an InlineExecutor that whichever thread
+// has entered the strand (StageActors::enter) runs, so a batch costs mailbox messages
+// but no thread hand-off or wake-up (the measurement that chose this is in
+// docs/architecture.md).  Threads that enter it:
 //
 //   application thread  next(): when the handoff is empty, takes the Result frames the
 //                       workers published in the result rings (shared memory, no system
 //                       call) and gives each to its link actor; runs the strand
-//                       (reorder -> pin); takes
-//                       the next handed-over result, sends the sampler its credit back
-//                       and runs the strand again (the sampler's next task goes to a
-//                       link, which posts it in the worker's task ring; the worker is
-//                       woken only if it sleeps).  Sleeps on the rings' doorbell only
-//                       when nothing is ready.
-//   reader thread k     on_frame(): every other frame of worker k (ready, errors, a
-//                       batch too large for a ring...), results given to link k as
-//                       above; on_down(): takes what the dead incarnation left in its
-//                       ring first.  The application thread is woken (doorbell) only if
-//                       it sleeps.  Readers never write to a socket (a full socket
-//                       could then deadlock both sides): frames they queue are flushed
-//                       by the slot actor (hooks.flush_later).
+//                       (reorder -> pin); takes the next handed-over result, sends the
+//                       sampler its credit back and runs the strand again (the
+//                       sampler's next task goes to a link, which posts it in the
+//                       worker's task ring; the worker is woken only if it sleeps).
+//                       Sleeps on the rings' doorbell only when nothing is ready.
+//   reader thread k     on_frame(): every other frame of worker k (hello, ready, errors,
+//                       a batch too large for a ring...) as a message to link k;
+//                       on_down(): takes what the dead incarnation left in its ring
+//                       first, then `down` to link k.  The application thread is woken
+//                       (doorbell) only if it sleeps.  Readers never write to a socket
+//                       (a full socket could then deadlock both sides): frames they
+//                       queue are flushed by the slot actor (hooks.flush_later).
 //   any thread          release_slab(): a batch was dropped; a task waiting for a
 //                       slab goes out.
 //   slot actor k        restart(k), watch(k), flush(k) (WorkerControl): everything
 //                       that starts or kills worker k's process runs there or in the
-//                       application thread (slot_actor.h, pool_actor.h).
+//                       application thread (slot_actor.h, pool_actor.h), off the
+//                       strand; it enters the strand only to read or change slot k.
 //
-// Locks: flush_mu of a slot (orders the frames written to one link) before mu_
-// before SlabStore's lock.  No socket write and no process wait happens under mu_.
-// mu_ is also the strand's: every message to a stage actor is sent, and the strand
-// run, under it; between two runs every stage mailbox is empty, and the pipeline
-// reads the stages' plain classes (position, stats).
+// Locks: a slot's flush_mu (orders the frames written to one link) before the strand
+// before SlabStore's lock.  The strand's lock is the executor's, not a stage's: each
+// stage's state is its own plain class, and this class's own fields (epoch, fatal
+// error) are read and written only on the strand.  No socket write and no process
+// wait happens on the strand.  Between two runs every stage mailbox is empty, and the
+// pool reads the stages' plain classes (position, stats).
 //
 // Why the reorder buffer cannot overflow: a task goes out only against a credit
 // (TaskDispatcher::can_send, in the sampler stage), and a credit comes back only when

@@ -17,13 +17,13 @@
 // a clean error, never a read out of bounds).
 //
 // Result ring of worker k: producer worker k (Result frames up to half a ring; every
-// other reply keeps the socket), consumer the main process under Pipeline::mu_.  The
+// other reply keeps the socket), consumer the main process on the pool's strand.  The
 // main process sleeps on the pipeline's doorbell: it says it is about to sleep
 // (`waiting`), looks at every ring once more, and sleeps on `seq`; whoever publishes
 // something it may need (a worker after a frame, a reader thread or a worker actor
 // after an event) bumps `seq` and wakes it only if it said so.
 //
-// Task ring of worker k: producer the main process under Pipeline::mu_, consumer
+// Task ring of worker k: producer the main process on the pool's strand, consumer
 // worker k.  A task in the ring carries the number of socket frames the main process
 // queued for this incarnation before it (`socket_before`); the main process publishes
 // in `socket_frames` how many it has written, after writing them.  The worker reads
@@ -181,7 +181,7 @@ class WorkerRingEnd {
 
 /// Main-process side: the segment, every result ring's consumer, every task ring's
 /// producer, and the doorbell's sleeper.  Every method but `ring` and
-/// `socket_frames_coming` is called under Pipeline::mu_ (one consumer and one
+/// `socket_frames_coming` is called on the pool's strand (one consumer and one
 /// producer at a time); `sleep` is called without it.
 class WorkerRings {
  public:

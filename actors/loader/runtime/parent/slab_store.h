@@ -5,9 +5,10 @@
 // every slab: a slab is pinned once, when it is made, and unpinned before it is
 // unmapped.
 //
-// Thread-safe: every method may be called from any thread (the pipeline under its
-// own lock, batch leases from whichever thread drops a batch).  Lock order:
-// Pipeline::mu_ before SlabStore::mu_; the store never calls out while locked.
+// Thread-safe: every method may be called from any thread (the worker stage and the
+// pin actor on the pool's strand, batch leases from whichever thread drops a batch).
+// Lock order: the strand (StageActors::enter) before SlabStore::mu_; the store never
+// calls out while locked.
 #pragma once
 
 #include <cstdint>

@@ -6,19 +6,20 @@
 //   pin --> Handoff --> application thread (Pipeline::next) --credit--> sampler
 //
 // Each actor is a thin shell over a plain class: the sampler over SamplerStage, each
-// link over the pipeline's worker slots (WorkerStage, implemented by Pipeline), the
-// reorder actor over a ReorderBuffer, the pin actor over a Handoff.  They share no
-// state: what one stage tells another is a message.  The links are actor proxies
-// (link_actor.h): a task sent to one goes to its transport at once, no activation.
+// link over the worker stage's slot (WorkerStage: WorkerSlots), the reorder actor over
+// a ReorderBuffer, the pin actor over a Handoff.  They share no state: what one stage
+// tells another is a message.  The links are actor proxies (link_actor.h): a message
+// sent to one goes to the worker stage at once, no activation.
 //
 // The strand: all of them are spawned lazily and only ever receive messages through
-// one InlineExecutor, which whoever holds the pipeline's lock runs (the application
-// thread in next(), a reader thread with a frame, a slot actor restarting its worker).
-// So the stages of a pool share one thread at a time, and a batch costs a few mailbox
-// messages and no thread hand-off or wake-up (docs/architecture.md has the figures).
+// one InlineExecutor, which whichever thread has entered the strand (enter()) runs:
+// the application thread in next(), a reader thread with a frame, a slot actor
+// restarting its worker.  So the stages of a pool share one thread at a time, and a
+// batch costs a few mailbox messages and no thread hand-off or wake-up
+// (docs/architecture.md has the figures).
 //
-// Thread use: every method, and every message to these actors, under the pipeline's
-// lock.  The pipeline reads the stages' plain classes between two run() calls.
+// Thread use: every method, and every message to these actors, with the strand
+// entered.  The pool reads the stages' plain classes between two run() calls.
 #pragma once
 
 #include <caf/all.hpp>

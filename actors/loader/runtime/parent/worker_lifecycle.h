@@ -1,5 +1,5 @@
 // WorkerLifecycle: the state machine of one worker slot, with no thread, process or
-// actor in it.  The pipeline (pipeline.h) drives it under its lock; tests drive it
+// actor in it.  The worker stage (worker_slots.h) drives it on the strand; tests drive it
 // directly.
 //
 //                start(g)              ready(g)
