@@ -274,6 +274,7 @@ EpochPosition Pipeline::position(uint64_t epoch) const {
     // A state not yet sent (the worker's first task of a resumed epoch is not out yet).
     if (s.resume_rng) p.worker_rng.push_back(s.resume_rng);
     else p.worker_rng.push_back(state_before_locked(s, first[w]));
+    p.stream_start.push_back(s.stream_start);
   }
   return p;
 }
@@ -339,7 +340,8 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     first_task_ = first_task;
     sampling.begin(std::move(source), iterable_,
                    TaskDispatcher(num_workers(), config_.prefetch_factor, first_task, config_.in_order,
-                                  static_cast<int>(resume.consumed % slots_.size())));
+                                  resume.first_worker >= 0 ? resume.first_worker
+                                                           : static_cast<int>(resume.consumed % slots_.size())));
     stages_->reordering().reset(first_task, config_.in_order);
     stages_->handoff().restart(first_task);
     fatal_.reset();
@@ -349,9 +351,11 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
       Slot& s = *slots_[w];
       s.delivered = s.inline_batches = s.busy_ns = 0;
       s.resume_sent.reset();
+      s.stream_start.reset();
       // A resumed epoch sets each worker's state; otherwise a state a worker was never
       // sent (it got no task of the last epoch) still waits for its first task.
-      if (!resume.worker_rng.empty()) s.resume_rng = w < resume.worker_rng.size() ? std::move(resume.worker_rng[w]) : std::nullopt;
+      if (!resume.worker_rng.empty() || !resume.streams.empty())
+        s.resume_rng = w < resume.worker_rng.size() ? std::move(resume.worker_rng[w]) : std::nullopt;
     }
     for (size_t w = 0; w < slots_.size(); ++w) {
       Slot& s = *slots_[w];
@@ -361,7 +365,9 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
         if (!fatal_) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), static_cast<int>(w));
         continue;
       }
-      if (reset_streams) queue_locked(static_cast<int>(w), FrameType::Epoch, {});
+      // A resumed stream (state hooks) begins with its checkpoint's state instead.
+      if (w < resume.streams.size()) queue_locked(static_cast<int>(w), FrameType::ResumeStream, encode_stream_resume(resume.streams[w]));
+      else if (reset_streams) queue_locked(static_cast<int>(w), FrameType::Epoch, {});
     }
     // Slabs sized before the first task (sample_spec): a pool that cannot fit in
     // shared memory is this epoch's error, before its first batch.
@@ -781,6 +787,11 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
       switch (f.type) {
         case FrameType::Hello: s.hello = true; return;
         case FrameType::Ready: s.life.ready(gen); return;
+        case FrameType::StreamStart: {  // a stream of this epoch (its first task's id), not an older one
+          auto [task, start] = decode_stream_start(f.body);
+          if (epoch_ != 0 && task >= first_task_) s.stream_start = std::move(start);
+          return;
+        }
         case FrameType::InitError: {
           Reader in(f.body);
           std::string type = in.string();

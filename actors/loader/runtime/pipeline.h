@@ -238,6 +238,9 @@ class Pipeline final : public LinkEvents,
     std::optional<std::string> resume_rng;
     /// The task that state was sent with (a restart before the task started sends it again).
     std::optional<std::pair<uint64_t, std::string>> resume_sent;
+    /// IterableDataset: how its stream of the current epoch began, once its StreamStart
+    /// frame (sent with its first task of the stream) came; reset as an epoch begins.
+    std::optional<StreamStart> stream_start;
     /// The pid of a starting or running incarnation, else -1.  REQUIRES: mu_ held.
     int live_pid() const { return link && life.accepting() ? link->pid() : -1; }
   };
