@@ -366,7 +366,8 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
         continue;
       }
       // A resumed stream (state hooks) begins with its checkpoint's state instead.
-      if (w < resume.streams.size()) queue_locked(static_cast<int>(w), FrameType::ResumeStream, encode_stream_resume(resume.streams[w]));
+      if (w < resume.streams.size())
+        queue_locked(static_cast<int>(w), FrameType::ResumeStream, encode_stream_resume(resume.streams[w]));
       else if (reset_streams) queue_locked(static_cast<int>(w), FrameType::Epoch, {});
     }
     // Slabs sized before the first task (sample_spec): a pool that cannot fit in
