@@ -8,6 +8,7 @@
 
 #include "loader/cuda_copy.h"
 #include "loader/error.h"
+#include "loader/fetch.h"
 #include "loader/runtime/checkpoint.h"
 #include "loader/runtime/epoch.h"
 #include "loader/samplers.h"
@@ -86,14 +87,21 @@ std::string samplers_differ(const ResumePlan& plan, const LoaderState& s) {
 namespace {
 class SingleProcessEpoch final : public EpochBackend {
  public:
-  SingleProcessEpoch(LoaderState& s, std::optional<TaskSource> source, uint64_t base_seed, uint64_t first_index)
+  SingleProcessEpoch(LoaderState& s, std::optional<TaskSource> source, uint64_t base_seed, uint64_t first_index,
+                     std::optional<StreamResume> stream)
       : state_(s), base_seed_(base_seed), first_index_(first_index) {
     // worker_init_fn is not called with num_workers = 0, as in PyTorch.
     if (s.dataset) {
       tasks_ = std::move(source);
       map_fetcher_.emplace(s.dataset, s.auto_collation, s.collate());
     } else {
+      // The stream begins as a worker's does (WorkerCore::start_stream): its state()
+      // noted before iter(); a resumed one loads its checkpoint's state first and passes
+      // the results taken of it after.
+      if (stream) load_stream_state(*s.iterable, stream->state);
+      stream_start_ = StreamStart{std::string(), s.iterable->state()};
       iter_fetcher_.emplace(s.iterable, s.auto_collation, s.collate(), s.options.drop_last);
+      if (stream) skip_stream(*iter_fetcher_, *s.iterable, stream->skip, batch_samples());
     }
   }
 
@@ -121,8 +129,13 @@ class SingleProcessEpoch final : public EpochBackend {
         batch = map_fetcher_->fetch(*indices);
       }
     } else {
-      size_t n = static_cast<size_t>(state_.options.batch_size.value_or(1));
-      batch = iter_fetcher_->fetch(n);
+      try {
+        batch = iter_fetcher_->fetch(batch_samples());
+      } catch (...) {
+        ++stream_taken_;  // its error is one of the stream's results
+        throw;
+      }
+      if (batch) ++stream_taken_;
     }
     if (batch && state_.options.pin_memory) batch = pin_batch(*batch);
     if (batch) ++fetched_;
@@ -141,10 +154,16 @@ class SingleProcessEpoch final : public EpochBackend {
     EpochPosition p;
     p.consumed = p.sent = consumed_;
     p.exhausted = exhausted_;
+    if (iter_fetcher_) {
+      p.stream_start = {stream_start_};
+      p.stream_taken = {stream_taken_};
+    }
     return p;
   }
 
  private:
+  size_t batch_samples() const { return static_cast<size_t>(state_.options.batch_size.value_or(1)); }
+
   /// pin_memory=true without workers: PyTorch's pin_memory(batch), custom objects'
   /// pin_memory() hooks included; warns once per loader when tensors stay unpinned.
   Value pin_batch(const Value& batch) {
@@ -165,12 +184,15 @@ class SingleProcessEpoch final : public EpochBackend {
   uint64_t consumed_ = 0;  ///< tasks taken from the sampler (map-style)
   bool exhausted_ = false;  ///< the sampler was asked after its last task (map-style)
   uint64_t sampler_ns_ = 0;  ///< time in the sampler (TaskSource::next)
+  StreamStart stream_start_;  ///< IterableDataset: how its stream began
+  uint64_t stream_taken_ = 0;  ///< ... and the results of it given out (errors too)
 };
 }  // namespace
 
 std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state, std::optional<TaskSource> source,
-                                                         uint64_t base_seed, uint64_t first_index) {
-  return std::make_unique<SingleProcessEpoch>(state, std::move(source), base_seed, first_index);
+                                                         uint64_t base_seed, uint64_t first_index,
+                                                         std::optional<StreamResume> stream) {
+  return std::make_unique<SingleProcessEpoch>(state, std::move(source), base_seed, first_index, std::move(stream));
 }
 
 // ------------------------------------------------------------------ DataLoader
@@ -350,7 +372,26 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
   }
   EpochResume resume;
   uint64_t replay = 0;  // an iterable epoch: batches to take again and drop
-  if (plan && !plan->finished && s.iterable) {
+  std::optional<StreamResume> main_stream;  // ... with state hooks and no workers: the loader's stream
+  if (s.iterable) start.stream_hooks = s.iterable->state().has_value();
+  if (plan && !plan->finished && s.iterable && !plan->stream_states.empty()) {
+    // State hooks: each stream (each worker's, in that worker) loads the state it began
+    // from, makes its stream again and passes the results the checkpointed iterator had
+    // taken of it; nothing comes to this process again.  The round robin goes on at the
+    // stream whose result came next.  decode_checkpoint checked that this dataset has
+    // the hooks and that there is a stream per worker.
+    for (size_t w = 0; w < plan->stream_states.size(); ++w) {
+      StreamResume r;
+      r.state = plan->stream_states[w];
+      r.skip = plan->stream_taken[w];
+      if (s.options.num_workers > 0) r.rng = *plan->worker_rng[w];
+      if (s.options.num_workers > 0) resume.streams.push_back(std::move(r));
+      else main_stream = std::move(r);
+    }
+    resume.first_worker = plan->stream_next;
+    start.stream_taken_before = plan->stream_taken;
+    start.hashes->restart_at(plan->consumed, plan->check.hash, plan->check.marks);
+  } else if (plan && !plan->finished && s.iterable) {
     // An IterableDataset's position lives in its own stream: the epoch runs again from
     // its start, with each worker's generator where it stood as the epoch began, and the
     // batches the checkpointed iterator had given out are dropped.
@@ -391,11 +432,14 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
       start.iterable_rng.emplace(static_cast<size_t>(s.options.num_workers));  // new or re-initialised workers
     }
   }
+  const uint64_t passed = main_stream || !resume.streams.empty() ? plan->consumed : 0;  // by the streams themselves
   std::unique_ptr<EpochBackend> backend;
-  if (s.options.num_workers == 0) backend = make_single_process_epoch(s, std::move(source), base_seed, start.consumed);
+  if (s.options.num_workers == 0)
+    backend = make_single_process_epoch(s, std::move(source), base_seed, start.consumed, std::move(main_stream));
   else backend = runtime::make_multi_process_epoch(state_, base_seed, std::move(source), std::move(resume));
   Iterator it(std::move(backend), state_, std::move(start));
-  it.yielded_ = static_cast<int64_t>(it.start_.consumed);
+  it.yielded_ = static_cast<int64_t>(it.start_.consumed + passed);
+  it.taken_ = passed;
   // Each result replayed (a batch error too) is checked where the checkpoint has a mark
   // (the first 16, then powers of two: the first that differs, or the range it lies in)
   // and at the last.
@@ -573,6 +617,10 @@ ResumePlan DataLoader::Iterator::plan() const {
   p.base_seed_drawn = start_.base_seed_drawn;
   p.base_seed = start_.base_seed;
   p.pool_alive = workers > 0 && state_->options.persistent_workers;
+  if (state_->iterable && backend_ && start_.stream_hooks) {
+    stream_plan(p);
+    return p;
+  }
   if (state_->iterable && backend_) {
     // Replayed from its start on resume (iter_from): what it needs is how the epoch
     // began and how many results were taken.
@@ -608,6 +656,37 @@ ResumePlan DataLoader::Iterator::plan() const {
   if (state_->iterable) p.consumed = p.sampled = taken_;  // finished: its batches
   if (backend_) add_check(p);
   return p;
+}
+
+void DataLoader::Iterator::stream_plan(ResumePlan& p) const {
+  // State hooks: each stream resumes from the state it began from, passing the results
+  // taken of it (iter_from); the round robin goes on where it stood.
+  const EpochPosition pos = backend_->position();  // waits for the workers' reports
+  const int workers = state_->options.num_workers;
+  const std::string name = state_->iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type;
+  const size_t n = static_cast<size_t>(std::max(1, workers));
+  if (pos.stream_start.size() != n || pos.stream_taken.size() != n)
+    throw ValueError("DataLoader.state_dict(): the epoch ended without a position of its own (another epoch of its "
+                     "workers began, or an error ended it): take the checkpoint while it runs, or after it ended");
+  p.consumed = p.sampled = taken_;
+  for (size_t w = 0; w < n; ++w) {
+    const std::string who = workers > 0 ? "DataLoader worker " + std::to_string(w) : std::string("the loader");
+    const std::optional<StreamStart>& start = pos.stream_start[w];
+    if (!start)
+      throw ValueError("DataLoader.state_dict(): " + who + " has not reported how its stream of the IterableDataset " +
+                       name + " began (it did not run its first task of the epoch in time, or it died): take the "
+                       "checkpoint once it runs");
+    if (!start->state)
+      throw ValueError("DataLoader.state_dict(): the IterableDataset " + name + " returned a state() in this process " +
+                       "but not in " + who + "'s copy as its stream began: state() must return a value in every copy "
+                       "or in none");
+    p.stream_states.push_back(*start->state);
+    const uint64_t before = w < start_.stream_taken_before.size() ? start_.stream_taken_before[w] : 0;
+    p.stream_taken.push_back(before + pos.stream_taken[w]);
+    if (workers > 0) p.worker_rng.push_back(start->rng);
+  }
+  p.stream_next = pos.stream_next;
+  add_check(p);
 }
 
 void DataLoader::Iterator::out_of_order_position(const EpochPosition& pos, ResumePlan& p) const {

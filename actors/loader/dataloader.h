@@ -112,6 +112,12 @@ class DataLoader {
       /// workers whose streams went on from an earlier epoch).  An iterable epoch is
       /// resumed by replaying it from its start.
       std::optional<std::vector<std::optional<std::string>>> iterable_rng;
+      /// IterableDataset with state hooks (its state() returned a value as the epoch
+      /// began): a checkpoint stores how each stream began and the results taken of it,
+      /// and is resumed without a replay.  A resumed epoch's streams had given
+      /// `stream_taken_before` results before it (the checkpoint's).
+      bool stream_hooks = false;
+      std::vector<uint64_t> stream_taken_before;
       /// The hashes of the index batches the sampler gave (the TaskSource's), or of the
       /// results taken from an IterableDataset: a checkpoint carries them, its replay
       /// checks them.
@@ -123,6 +129,8 @@ class DataLoader {
     Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state, Start start);
     /// Where the epoch stands (a checkpoint without its streams_now).
     ResumePlan plan() const;
+    /// An IterableDataset with state hooks: each stream's start and results taken, into `p`.
+    void stream_plan(ResumePlan& p) const;
     /// An in_order=false epoch's position in the checkpointed epoch's numbering, into `p`.
     void out_of_order_position(const EpochPosition& pos, ResumePlan& p) const;
     /// The samplers' types and the hashes of what the epoch handed out, into `p`.

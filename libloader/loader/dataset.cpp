@@ -36,6 +36,12 @@ void Dataset::get_batch_into(const IndexBatch& indices, const BatchRows& rows) {
   }
 }
 
+void IterableDataset::load_state(const std::string& /*state*/) {
+  throw NotImplementedError(
+      "IterableDataset " + (handle() ? handle()->type : std::string("(no handle)")) +
+      " returns a state() but does not implement load_state(): a dataset with state hooks implements both");
+}
+
 namespace {
 struct Registry {
   std::mutex mu;

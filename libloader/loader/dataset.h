@@ -96,11 +96,41 @@ class Dataset : public DatasetBase {
 
 /// Iterable-style dataset (PyTorch's IterableDataset).  Inside a worker,
 /// get_worker_info() tells which share of the stream this copy should produce.
+///
+/// State hooks (optional; torchdata's StatefulDataLoader calls its datasets'
+/// state_dict() / load_state_dict() the same way).  A dataset whose state() returns a
+/// value lets a DataLoader checkpoint resume its epoch mid-way without running the
+/// stream again: each stream (each worker's copy, or with num_workers=0 the loader's
+/// own) is asked for state() just before its iter() as its epoch starts; a checkpoint
+/// stores that state and how many results of the stream were taken; the resumed copy
+/// gets load_state(state) before its iter() and then skips those results (skip() when
+/// offered, else it builds them and drops them, in the worker).  docs/api.md,
+/// "IterableDataset state hooks".  A dataset without them is resumed by replaying its
+/// epoch from the start (one warning says how many results it replays).
 class IterableDataset : public DatasetBase {
  public:
   virtual std::unique_ptr<Cursor<Value>> iter() = 0;
   /// __len__, when the stream knows its length (used by len(DataLoader)).
   virtual std::optional<int64_t> size() const { return std::nullopt; }
+  /// The copy's state, from which load_state() makes the next iter() give the stream
+  /// this copy's next iter() would give (an epoch counter, a seed, a shard's file
+  /// offset...).  nullopt (the default): no state hooks.  It must return a value in every
+  /// copy or in none.  The bytes go into the checkpoint as a 1-D uint8 tensor.
+  virtual std::optional<std::string> state() const { return std::nullopt; }
+  /// Sets the copy to a state() it returned (possibly in another process, another run);
+  /// throws ValueError for bytes that are not one.  Called only on a dataset whose
+  /// state() returns a value; the default throws NotImplementedError.
+  virtual void load_state(const std::string& state);
+  /// Optional: moves `stream`, a cursor this copy's iter() just made, past its first
+  /// `samples` samples without building them, exactly as if they had been pulled and
+  /// dropped (the same draws from the same generators, the same state afterwards), and
+  /// returns how many it passed (fewer only when the stream ended).  nullopt (the
+  /// default): not offered, and a resumed stream builds the results it skips.
+  virtual std::optional<int64_t> skip(Cursor<Value>& stream, int64_t samples) {
+    (void)stream;
+    (void)samples;
+    return std::nullopt;
+  }
 };
 
 // ------------------------------------------------------------------ registry

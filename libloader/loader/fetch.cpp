@@ -113,6 +113,55 @@ std::optional<Value> IterableFetcher::fetch(size_t n) {
   return apply_collate(collate_, samples, auto_collation_);
 }
 
+uint64_t IterableFetcher::skip(uint64_t results, size_t n) {
+  if (ended_ || results == 0) return 0;
+  const int64_t per = auto_collation_ ? static_cast<int64_t>(n) : 1;
+  const int64_t want = static_cast<int64_t>(results) * per;
+  if (std::optional<int64_t> passed = dataset_->skip(*cursor_, want)) {
+    if (*passed >= want) return results;
+    ended_ = true;
+    // A last short batch counts as a result (unless drop_last dropped it).
+    const int64_t whole = *passed / per, part = *passed % per;
+    return static_cast<uint64_t>(whole + (part > 0 && !drop_last_ ? 1 : 0));
+  }
+  uint64_t passed = 0;
+  for (; passed < results; ++passed) {
+    try {
+      if (!fetch(n)) break;
+    } catch (...) {
+      // The checkpointed epoch gave this result as its error too.
+    }
+  }
+  return passed;
+}
+
+namespace {
+std::string iterable_name(const IterableDataset& dataset) {
+  return dataset.handle() ? dataset.handle()->type : std::string("IterableDataset");
+}
+}  // namespace
+
+void load_stream_state(IterableDataset& dataset, const std::string& state) {
+  const std::string what = "the IterableDataset " + iterable_name(dataset) + " refused the state (" +
+                           std::to_string(state.size()) + " bytes) its stream is resumed from: load_state(): ";
+  try {
+    dataset.load_state(state);
+  } catch (const Error& e) {
+    throw_error(e.python_type(), what + e.what());
+  } catch (const std::exception& e) {
+    throw RuntimeError(what + e.what());
+  }
+}
+
+void skip_stream(IterableFetcher& fetcher, const IterableDataset& dataset, uint64_t results, size_t n) {
+  const uint64_t passed = fetcher.skip(results, n);
+  if (passed < results)
+    throw ValueError("resuming the stream of the IterableDataset " + iterable_name(dataset) + ": it ended after " +
+                     std::to_string(passed) + " result(s), where the checkpointed iterator had taken " +
+                     std::to_string(results) +
+                     " of it: the dataset's stream is not the one checkpointed (other data, or another dataset)");
+}
+
 }  // namespace loader
 
 namespace loader {

@@ -49,6 +49,12 @@ class IterableFetcher {
   IterableFetcher(std::shared_ptr<IterableDataset> dataset, bool auto_collation, CollateFn collate,
                   bool drop_last);
   std::optional<Value> fetch(size_t n);
+  /// Passes the next `results` results of fetch(n), as a resumed stream does
+  /// (IterableDataset's state hooks): through the dataset's skip() when it offers one
+  /// (results * n samples, or `results` without auto-collation; no sample built), else
+  /// by fetching them and dropping them (a fetch that throws counts as one result, as
+  /// its error was one).  Returns how many it passed: fewer only when the stream ended.
+  uint64_t skip(uint64_t results, size_t n);
 
  private:
   std::shared_ptr<IterableDataset> dataset_;
@@ -58,6 +64,14 @@ class IterableFetcher {
   bool drop_last_;
   bool ended_ = false;
 };
+
+/// A resumed stream of an IterableDataset with state hooks (DataLoader checkpoints),
+/// in a worker or, with num_workers=0, in the main process: `dataset.load_state(state)`,
+/// what it throws coming back with its Python type and a message naming the dataset.
+void load_stream_state(IterableDataset& dataset, const std::string& state);
+/// ... then, once the fetcher made the stream, `fetcher.skip(results, n)`: ValueError
+/// naming the dataset when the stream ended first.
+void skip_stream(IterableFetcher& fetcher, const IterableDataset& dataset, uint64_t results, size_t n);
 
 }  // namespace loader
 

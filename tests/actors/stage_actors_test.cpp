@@ -98,6 +98,10 @@ class FakeWorkerStage final : public WorkerStage, public StageFailures {
     taken.push_back("worker " + std::to_string(worker) + " down " + std::to_string(gen));
     return gen == generation && !restartable;
   }
+  void stream_started(int worker, uint32_t gen, uint64_t task, StreamStart start) override {
+    taken.push_back("worker " + std::to_string(worker) + " stream " + std::to_string(gen) + " task " +
+                    std::to_string(task) + " " + start.state.value_or("(no state)"));
+  }
   void stage_failed(const std::string& message) override { failures.push_back(message); }
   Outcome outcome = Outcome::Deliver;
   uint32_t generation = 1;  ///< the current incarnation
@@ -278,7 +282,8 @@ TEST_F(StageActorTest, ALinkTakesItsWorkersEventsDropsAnOlderIncarnationsAndReti
   stage_.generation = 2;
   caf::anon_send(link, hello_atom::value, uint32_t{2});
   caf::anon_send(link, ready_atom::value, uint32_t{2});
-  EXPECT_EQ(stage_.taken, (std::vector<std::string>{"worker 0 hello 2", "worker 0 ready 2"}))
+  caf::anon_send(link, stream_atom::value, uint32_t{2}, uint64_t{8}, std::string("rng"), true, std::string("at 40"));
+  EXPECT_EQ(stage_.taken, (std::vector<std::string>{"worker 0 hello 2", "worker 0 ready 2", "worker 0 stream 2 task 8 at 40"}))
       << "the worker stage hears of them on the sender's thread";
   caf::anon_send(link, uint32_t{1}, result(4, -1));
   caf::anon_send(link, uint32_t{2}, result(5, -1));

@@ -60,7 +60,7 @@ std::string config(int64_t n, int64_t fail_at = -1, const std::string& type = "w
 /// What the uplink actor was sent, in order.
 struct Uplinked {
   std::vector<result_msg> results;
-  std::vector<std::string> events;  ///< "ready", "fatal <type> <status>: <message>"
+  std::vector<std::string> events;  ///< "ready", "stream <task>[ with state]", "fatal <type> <status>: <message>"
 };
 
 // Spawned with an argument: CAF 0.17 binds a reference to a null tuple when a function
@@ -69,6 +69,9 @@ uplink_actor::behavior_type recording_uplink(uplink_actor::pointer, Uplinked* ou
     return {
         [out](result_msg& r) { out->results.push_back(std::move(r)); },
         [out](ready_atom) { out->events.push_back("ready"); },
+        [out](stream_atom, uint64_t task, const std::string&, bool has_state, const std::string&) {
+          out->events.push_back("stream " + std::to_string(task) + (has_state ? " with state" : ""));
+        },
         [out](fatal_atom, const std::string& type, const std::string& message, const std::string& when,
               int32_t status) {
           out->events.push_back("fatal " + type + " " + std::to_string(status) + ": " + message +

@@ -336,6 +336,47 @@ TEST(WorkerCore, ResetEpochStartsTheIterableStreamAgain) {
   EXPECT_EQ(decode(r, seg).to_tensor().to_int64_vector(), (std::vector<int64_t>{0, 1}));
 }
 
+TEST(WorkerCore, EachIterableStreamReportsHowItBeganOnceBeforeItsFirstReply) {
+  WorkerCore core(counting_config(3, 2, false));
+  const std::string at_start = core.generator().state();
+  std::optional<StreamStart> start = core.take_stream_start();
+  ASSERT_TRUE(start.has_value()) << "the stream Init began";
+  EXPECT_EQ(start->rng, at_start) << "the generator just before iter() (counting's iter() draws nothing)";
+  EXPECT_FALSE(start->state.has_value()) << "counting has no state hooks";
+  EXPECT_FALSE(core.take_stream_start().has_value()) << "reported once";
+  core.reset_epoch();
+  EXPECT_TRUE(core.take_stream_start().has_value()) << "a persistent worker's next epoch";
+  WorkerCore map_style(probe_config());
+  EXPECT_FALSE(map_style.take_stream_start().has_value());
+}
+
+TEST(WorkerCore, ResumingTheStreamOfADatasetWithoutStateHooksNamesTheDataset) {
+  WorkerCore core(counting_config(3, 2, false));
+  try {
+    core.resume_stream(StreamResume{core.generator().state(), "x", 1});
+    FAIL() << "load_state() of a dataset without hooks";
+  } catch (const NotImplementedError& e) {
+    EXPECT_NE(std::string(e.what()).find("the IterableDataset counting refused the state (1 bytes)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(StreamFrames, StreamStartAndResumeStreamRoundTrip) {
+  StreamStart with{std::string("\0rng\xff", 5), std::string("state\0", 6)};
+  StreamStart without{"rng", std::nullopt};
+  for (const StreamStart& s : {with, without}) {
+    auto [task, d] = decode_stream_start(encode_stream_start(77, s));
+    EXPECT_EQ(task, 77u);
+    EXPECT_EQ(d.rng, s.rng);
+    EXPECT_EQ(d.state, s.state);
+  }
+  StreamResume r{"rng", std::string("\0s", 2), 12};
+  StreamResume d = decode_stream_resume(encode_stream_resume(r));
+  EXPECT_EQ(d.rng, r.rng);
+  EXPECT_EQ(d.state, r.state);
+  EXPECT_EQ(d.skip, r.skip);
+}
+
 TEST(WorkerCore, UnknownDatasetTypeIsAClearInitError) {
   WorkerConfig c = probe_config();
   c.dataset = DatasetHandle{"no_such_dataset_type", Value::dict({})};

@@ -123,6 +123,62 @@ Value state_values(const std::vector<std::string>& items) {
   return Value::list(std::move(out));
 }
 
+/// The IterableDataset state hooks' entries of a checkpoint (absent in older ones, None
+/// without hooks) into `p`, and the refusals of a checkpoint whose hooks this loader's
+/// dataset does not match.  After the rest of `p` was read (same workers: checked).
+void decode_streams(const Value& state, const LoaderState& loader, uint64_t workers, ResumePlan& p) {
+  const bool theirs = state.contains("stream_states") && !state.at("stream_states").is_none();
+  const size_t n = static_cast<size_t>(std::max<uint64_t>(1, workers));
+  if (theirs) {
+    const Value& v = state.at("stream_states");
+    if (!v.is_list() || v.size() != n)
+      bad("'stream_states' must be a list of " + std::to_string(n) + " states (1-D uint8 tensors), got " +
+          v.repr().substr(0, 80) + ": the checkpoint is damaged");
+    for (const Value& item : v.items()) {
+      std::optional<std::string> b = state_bytes(item);
+      if (!b) bad("an entry of 'stream_states' is not a 1-D uint8 tensor (" + item.repr().substr(0, 40) +
+                  "): the checkpoint is damaged");
+      p.stream_states.push_back(std::move(*b));
+    }
+    const Value& taken = field(state, "stream_taken");
+    if (!taken.is_list() || taken.size() != n)
+      bad("'stream_taken' must be a list of " + std::to_string(n) + " ints, got " + taken.repr().substr(0, 80) +
+          ": the checkpoint is damaged");
+    uint64_t total = 0;
+    for (const Value& x : taken.items()) {
+      if (!x.is_int() || x.to_int() < 0)
+        bad("'stream_taken' must hold non-negative ints, and holds " + x.repr().substr(0, 40) +
+            ": the checkpoint is damaged");
+      p.stream_taken.push_back(static_cast<uint64_t>(x.to_int()));
+      total += p.stream_taken.back();
+    }
+    if (total != p.consumed)
+      bad("'stream_taken' adds up to " + std::to_string(total) + " results, 'batches_consumed' is " +
+          std::to_string(p.consumed) + ": the checkpoint is damaged");
+    const int64_t next = int_of(state, "stream_next");
+    if (next < 0 || static_cast<uint64_t>(next) >= n)
+      bad("'stream_next' must be a stream between 0 and " + std::to_string(n - 1) + ", got " + std::to_string(next) +
+          ": the checkpoint is damaged");
+    p.stream_next = static_cast<int>(next);
+    if (p.finished) bad("a finished epoch's checkpoint has 'stream_states': the checkpoint is damaged");
+    for (const auto& rng : p.worker_rng)
+      if (!rng) bad("'worker_rng' must hold each worker's generator state as its stream began (it has None): the "
+                    "checkpoint is damaged");
+  }
+  if (!loader.iterable || p.finished) return;
+  const bool mine = loader.iterable->state().has_value();
+  const std::string name = loader.iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type;
+  if (theirs && !mine)
+    bad("the checkpoint holds the state each stream of its IterableDataset began from (the dataset's state hooks), "
+        "but this loader's dataset " + name + " has no state hooks (its state() returns nothing): resume it with the "
+        "dataset checkpointed, whose state() and load_state() carry its streams");
+  if (!theirs && mine)
+    bad("the checkpoint was taken without state hooks (its IterableDataset's epoch is resumed by replaying its "
+        "streams from their start), but this loader's dataset " + name + " has them (its state() returns a state): "
+        "resume it with the dataset as it was checkpointed (without state()), or take the checkpoint again with "
+        "this one");
+}
+
 }  // namespace
 
 std::vector<RandomStream> loader_streams(const LoaderState& state) {
@@ -214,6 +270,13 @@ Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
       // As an int64 bit pattern: pt files hold signed ints.
       {"base_seed", Value(static_cast<int64_t>(p.base_seed))},
       {"pool_alive", Value(p.pool_alive)},
+      // IterableDataset state hooks (an unfinished epoch; None without them): per stream
+      // the dataset's state() as it began (uint8 tensors, as the random states), the
+      // results taken of it, and the stream whose result came next; worker_rng then holds
+      // each worker's generator state as its stream began.
+      {"stream_states", p.stream_states.empty() ? Value() : state_values(p.stream_states)},
+      {"stream_taken", int_list(p.stream_taken)},
+      {"stream_next", Value(static_cast<int64_t>(p.stream_next))},
       {"worker_rng", Value::list(std::move(workers))},
       // Verified replay: what the epoch handed out (index batches; an IterableDataset's
       // results), hashes as int64 bit patterns; None where not known.
@@ -361,6 +424,7 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
       p.check.marks.emplace_back(static_cast<uint64_t>(m[0].to_int()), static_cast<uint64_t>(m[1].to_int()));
     }
   }
+  decode_streams(state, loader, workers, p);
   // Other workers than the checkpointed ones: they start as their Init leaves them.
   if (!same_workers) p.worker_rng.clear();
   return p;

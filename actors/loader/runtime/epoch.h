@@ -22,6 +22,21 @@ class WorkerPool;
 class SlabStore;
 }
 
+/// How one stream of an IterableDataset began (its state hooks, IterableDataset::state):
+/// reported by each worker for every stream its copy starts (pipeline.h), kept by the
+/// single-process epoch for the loader's own copy.
+struct StreamStart {
+  std::string rng;                   ///< the worker's generator state just before iter() (empty: no worker)
+  std::optional<std::string> state;  ///< the copy's state() then; nullopt: the dataset has no state hooks
+};
+
+/// Where one stream of an IterableDataset with state hooks resumes (a checkpoint's).
+struct StreamResume {
+  std::string rng;     ///< the worker's generator state to start from (empty: no worker)
+  std::string state;   ///< given to the copy's load_state() before its iter()
+  uint64_t skip = 0;   ///< the results of the stream the checkpointed iterator had taken
+};
+
 /// Where a running epoch stands, for a checkpoint (DataLoader::Iterator::state_dict).
 struct EpochPosition {
   /// Tasks delivered to the application (batches and errors); with in_order=false, the
@@ -39,6 +54,13 @@ struct EpochPosition {
   /// False when the workers' state pages are too short for the tasks in flight (a huge
   /// prefetch_factor * num_workers): worker_rng cannot be trusted.
   bool exact = true;
+  /// IterableDataset: per stream (each worker's; with no workers the loader's copy), how
+  /// this epoch's stream began (nullopt: not reported yet), the results of it the
+  /// application took in this epoch (batches and errors), and the stream whose result
+  /// comes next in the round robin (the one after the last taken).
+  std::vector<std::optional<StreamStart>> stream_start;
+  std::vector<uint64_t> stream_taken;
+  int stream_next = 0;
 };
 
 /// Where a resumed epoch's workers start (DataLoader::load_state_dict).
@@ -49,6 +71,11 @@ struct EpochResume {
   /// Per worker: the generator state its first task of the epoch starts from (a SetRng
   /// before it); none: the state its Init gives.
   std::vector<std::optional<std::string>> worker_rng;
+  /// IterableDataset with state hooks: per worker, where its stream resumes (a
+  /// ResumeStream frame, before anything else of the epoch); empty: none.
+  std::vector<StreamResume> streams;
+  /// Where the round robin starts; -1: at worker `consumed % W`.
+  int first_worker = -1;
   /// Some worker must start from the state its Init gives: running persistent workers
   /// (whose streams moved on) are replaced.
   bool fresh_workers() const {
@@ -78,6 +105,13 @@ struct ResumePlan {
   /// The hashes of the batches the epoch had handed out (an IterableDataset's: of the
   /// results taken), for a verified replay; no hash in a checkpoint without them.
   ReplayCheck check;
+  /// An unfinished epoch of an IterableDataset with state hooks: per stream (each
+  /// worker's; one with num_workers=0), the state() it began from and the results of it
+  /// the application had taken, and the stream whose result came next; worker_rng holds
+  /// each worker's generator state as its stream began.  Empty: no hooks (replayed).
+  std::vector<std::string> stream_states;
+  std::vector<uint64_t> stream_taken;
+  int stream_next = 0;
   std::string sampler_type;        ///< the checkpointed loader's sampler ("" when none)
   std::string batch_sampler_type;  ///< ... and batch sampler
   /// The checkpointed loader had this loader's num_workers and persistent_workers (else
@@ -162,8 +196,12 @@ class LoaderState {
 /// `base_seed`, `first_index`: with WorkerSeeding::PerTask each index batch is loaded
 /// under a generator seeded task_seed(base_seed, its index in the epoch), the first one
 /// taken being `first_index` (a resumed epoch's consumed batches).
+/// `stream`: an IterableDataset with state hooks resumed mid-epoch: its state is loaded
+/// before iter() and its first results skipped (ValueError naming the dataset when the
+/// state is refused or the stream is shorter).
 std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state, std::optional<TaskSource> source,
-                                                         uint64_t base_seed = 0, uint64_t first_index = 0);
+                                                         uint64_t base_seed = 0, uint64_t first_index = 0,
+                                                         std::optional<StreamResume> stream = std::nullopt);
 
 namespace runtime {
 /// num_workers > 0: the actor runtime with worker processes (runtime.cpp).  `source`:

@@ -182,6 +182,9 @@ EpochPosition Pipeline::position(uint64_t epoch) const {
     // A state not yet sent (the worker's first task of a resumed epoch is not out yet).
     if (s.resume_rng) p.worker_rng.push_back(s.resume_rng);
     else p.worker_rng.push_back(workers_->state_before(w, first[static_cast<size_t>(w)]));
+    // How its stream of this epoch began (a report of an older epoch's stream: none yet).
+    if (s.stream_start && s.stream_start->first >= first_task_) p.stream_start.push_back(s.stream_start->second);
+    else p.stream_start.emplace_back();
   }
   return p;
 }
@@ -247,7 +250,9 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     first_task_ = first_task;
     sampling.begin(std::move(source), iterable_,
                    TaskDispatcher(num_workers(), config_.prefetch_factor, first_task, config_.in_order,
-                                  static_cast<int>(resume.consumed % static_cast<uint64_t>(num_workers()))));
+                                  resume.first_worker >= 0
+                                      ? resume.first_worker
+                                      : static_cast<int>(resume.consumed % static_cast<uint64_t>(num_workers()))));
     stages_->reordering().reset(first_task, config_.in_order);
     stages_->handoff().restart(first_task);
     fatal_.reset();
@@ -258,9 +263,11 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
       WorkerSlots::Slot& s = workers_->at(static_cast<int>(w));
       s.delivered = s.inline_batches = s.busy_ns = 0;
       s.resume_sent.reset();
+      s.stream_start.reset();
       // A resumed epoch sets each worker's state; otherwise a state a worker was never
       // sent (it got no task of the last epoch) still waits for its first task.
-      if (!resume.worker_rng.empty()) s.resume_rng = w < resume.worker_rng.size() ? std::move(resume.worker_rng[w]) : std::nullopt;
+      if (!resume.worker_rng.empty() || !resume.streams.empty())
+        s.resume_rng = w < resume.worker_rng.size() ? std::move(resume.worker_rng[w]) : std::nullopt;
     }
     for (int w = 0; w < num_workers(); ++w) {
       const WorkerSlots::Slot& s = workers_->at(w);
@@ -270,7 +277,10 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
         if (!fatal_) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), w);
         continue;
       }
-      if (reset_streams) workers_->queue(w, FrameType::Epoch, {});
+      // A resumed stream (state hooks) begins with its checkpoint's state instead.
+      if (static_cast<size_t>(w) < resume.streams.size())
+        workers_->queue(w, FrameType::ResumeStream, encode_stream_resume(resume.streams[static_cast<size_t>(w)]));
+      else if (reset_streams) workers_->queue(w, FrameType::Epoch, {});
     }
     // Slabs sized before the first task (sample_spec): a pool that cannot fit in
     // shared memory is this epoch's error, before its first batch.
@@ -573,6 +583,12 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
       switch (f.type) {
         case FrameType::Hello: stages_->send(link, hello_atom::value, gen); break;
         case FrameType::Ready: stages_->send(link, ready_atom::value, gen); break;
+        case FrameType::StreamStart: {
+          auto [task, start] = decode_stream_start(f.body);
+          stages_->send(link, stream_atom::value, gen, task, std::move(start.rng), start.state.has_value(),
+                        start.state.value_or(std::string()));
+          break;
+        }
         case FrameType::InitError: {
           Reader in(f.body);
           std::string type = in.string();

@@ -121,6 +121,10 @@ using set_rng_atom = caf::atom_constant<caf::atom("setrng")>;
 /// worker host -> worker actor: a new epoch of a persistent pool (iterable streams
 /// begin again).
 using epoch_atom = caf::atom_constant<caf::atom("epoch")>;
+/// worker host -> worker actor: a resumed epoch of an IterableDataset with state hooks:
+/// the stream begins again from (generator state, the dataset's state) and passes the
+/// results the checkpointed iterator had taken.  A failure is the worker's `fatal`.
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
 
 /// The worker actor: where a worker's tasks are computed.
 using worker_actor = caf::typed_actor<
@@ -130,7 +134,9 @@ using worker_actor = caf::typed_actor<
     caf::reacts_to<page_atom, uint64_t /*address*/, uint64_t /*bytes*/>,
     caf::reacts_to<slab_atom, uint64_t /*id*/, uint64_t /*address*/, uint64_t /*bytes; 0: dropped*/>,
     caf::reacts_to<set_rng_atom, uint64_t /*task*/, std::string /*generator state*/>,
-    caf::reacts_to<epoch_atom>>;
+    caf::reacts_to<epoch_atom>,
+    caf::reacts_to<resume_atom, uint64_t /*results to skip*/, std::string /*generator state*/,
+                   std::string /*dataset state*/>>;
 
 // ---------------------------------------------------------------- uplink actor
 
@@ -141,10 +147,18 @@ using ready_atom = caf::atom_constant<caf::atom("ready")>;
 /// cannot act on).  (type, message, when: empty at start, exit status of the worker).
 using fatal_atom = caf::atom_constant<caf::atom("fatal")>;
 
+/// worker actor -> uplink actor, just before the first reply of each iterable stream
+/// (the stream its Init, an epoch or a resume began): how it began (StreamStart of
+/// epoch.h: the generator state and the dataset's state(), if it has state hooks),
+/// tagged with the task that reply answers.
+using stream_atom = caf::atom_constant<caf::atom("stream")>;
+
 /// The main process as a worker actor sees it.
 using uplink_actor = caf::typed_actor<
     caf::reacts_to<result_msg>,
     caf::reacts_to<ready_atom>,
+    caf::reacts_to<stream_atom, uint64_t /*task*/, std::string /*generator state*/, bool /*has state*/,
+                   std::string /*state*/>,
     caf::reacts_to<fatal_atom, std::string /*type*/, std::string /*message*/, std::string /*when*/, int32_t /*status*/>>;
 
 // ---------------------------------------------------------------- main process stages
@@ -183,6 +197,9 @@ using hello_atom = caf::atom_constant<caf::atom("hello")>;
 ///   (fatal, gen, type, msg)  reader thread k: the worker cannot go on (its uplink's
 ///                            `fatal`); the pool: worker k could not be started or sent
 ///                            what the main process cannot read
+///   (stream, gen, task, rng, has_state, state)
+///                            reader thread k: how worker k's iterable stream answering
+///                            `task` began (its uplink's `stream`: state hooks)
 ///   (down, gen, WorkerExit)  reader thread k: the incarnation is gone (reaped)
 /// A worker that is dead after `fatal` or `down` is retired: link k -> sampler `retire`.
 using link_actor = caf::typed_actor<
@@ -191,6 +208,8 @@ using link_actor = caf::typed_actor<
     caf::reacts_to<hello_atom, uint32_t /*gen*/>,
     caf::reacts_to<ready_atom, uint32_t /*gen*/>,
     caf::reacts_to<fatal_atom, uint32_t /*gen*/, std::string /*type*/, std::string /*message*/>,
+    caf::reacts_to<stream_atom, uint32_t /*gen*/, uint64_t /*task*/, std::string /*generator state*/,
+                   bool /*has state*/, std::string /*state*/>,
     caf::reacts_to<down_atom, uint32_t /*gen*/, WorkerExit>>;
 
 /// application thread (Pipeline::next, the result of `task` from `worker` taken) ->

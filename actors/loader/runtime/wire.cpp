@@ -24,6 +24,8 @@ const char* frame_type_name(FrameType t) {
     case FrameType::Shutdown: return "Shutdown";
     case FrameType::StatePage: return "StatePage";
     case FrameType::SetRng: return "SetRng";
+    case FrameType::ResumeStream: return "ResumeStream";
+    case FrameType::StreamStart: return "StreamStart";
     case FrameType::Hello: return "Hello";
     case FrameType::Ready: return "Ready";
     case FrameType::InitError: return "InitError";

@@ -30,6 +30,7 @@ enum class FrameType : uint8_t {
   StatePage = 8, ///< size; carries the descriptor of the worker's RNG state page
   SetRng = 9,    ///< generator state bytes: resume the random stream (restarted worker)
   Rings = 10,    ///< capacity, workers, worker index, generation; carries the task and result rings' descriptor
+  ResumeStream = 11,  ///< results to skip, generator state, dataset state: an iterable stream resumes (state hooks)
   // worker -> parent
   Ready = 64,     ///< pid
   InitError = 65, ///< error type, message (dataset could not be built, worker_init_fn threw)
@@ -38,6 +39,7 @@ enum class FrameType : uint8_t {
   TaskError = 68, ///< task index, error type, message
   IterEnd = 69,   ///< task index: the worker's iterable stream is exhausted
   Hello = 70,     ///< pid: sent first thing by run_worker_if_requested (start-up handshake)
+  StreamStart = 71, ///< task, generator state, has state, state: how the iterable stream answering `task` began
 };
 
 const char* frame_type_name(FrameType t);

@@ -36,6 +36,11 @@ void Uplink::ready() {
   if (!write_frame(sock_, FrameType::Ready, body)) broken();
 }
 
+void Uplink::stream_start(uint64_t task, const StreamStart& start) {
+  if (status_) return;
+  if (!write_frame(sock_, FrameType::StreamStart, encode_stream_start(task, start))) broken();
+}
+
 void Uplink::fatal(const std::string& type, const std::string& message, const std::string& when, int status) {
   if (status_) return;
   write_error(sock_, type, message, when);

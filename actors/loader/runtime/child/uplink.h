@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "loader/runtime/epoch.h"
 #include "loader/runtime/protocol.h"
 
 namespace loader::runtime {
@@ -35,6 +36,8 @@ class Uplink {
   void result(const WorkerReply& r);
   /// The dataset was built and worker_init_fn ran (Ready).
   void ready();
+  /// How the iterable stream answering `task` began (StreamStart, on the socket).
+  void stream_start(uint64_t task, const StreamStart& start);
   /// The worker cannot go on: an InitError frame (type, message, `when` if not at
   /// start), and the worker ends with `status`.
   void fatal(const std::string& type, const std::string& message, const std::string& when, int status);

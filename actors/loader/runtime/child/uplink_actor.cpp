@@ -16,6 +16,11 @@ uplink_actor::behavior_type uplink_behavior(uplink_actor::stateful_pointer<Uplin
   return {
       [self](result_msg& r) { self->state.uplink->result(r.batch); },
       [self](ready_atom) { self->state.uplink->ready(); },
+      [self](stream_atom, uint64_t task, std::string& rng, bool has_state, std::string& state) {
+        StreamStart start{std::move(rng), std::nullopt};
+        if (has_state) start.state = std::move(state);
+        self->state.uplink->stream_start(task, start);
+      },
       [self](fatal_atom, const std::string& type, const std::string& message, const std::string& when,
              int32_t status) { self->state.uplink->fatal(type, message, when, status); },
   };

@@ -52,6 +52,12 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, uplink_actor up
           WorkerCore& core = core_for(self, "Task");
           auto& page = self->state.page;
           if (page) page->write(t.task_idx, RngStatePage::Before, core.generator());
+          // The first task of an iterable stream reports how the stream began (the main
+          // process keeps it for a checkpoint: IterableDataset's state hooks).  Tagged
+          // with the task, so the main process tells this epoch's stream from an older one.
+          if (auto start = core.take_stream_start())
+            self->send(self->state.uplink, stream_atom::value, t.task_idx, std::move(start->rng),
+                       start->state.has_value(), start->state.value_or(std::string()));
           WorkerReply reply = core.run_task(t.task_idx, t.indices, t.slab);
           // Recorded before the result leaves: once the main process has the result,
           // the state after the task is on the page.
@@ -107,6 +113,16 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, uplink_actor up
           // Recorded at once: if this incarnation dies before `task` starts, the next one
           // resumes from the same state.
           if (self->state.page) self->state.page->write(task, RngStatePage::Before, core.generator());
+        });
+      },
+      [self](resume_atom, uint64_t skip, const std::string& rng, const std::string& state) {
+        guarded(self, [&] {
+          WorkerCore& core = core_for(self, "ResumeStream");
+          try {
+            core.resume_stream(StreamResume{rng, state, skip});
+          } catch (const Error& e) {  // the dataset refused its state, or its stream is shorter
+            fail(self, e.python_type(), e.what(), kStreamResumed, 1);
+          }
         });
       },
       [self](epoch_atom) {

@@ -28,6 +28,8 @@ namespace loader::runtime {
 
 /// Why the worker's stream failed when it was made again (`when` of a fatal).
 constexpr const char* kStreamAgain = "as its epoch began (the IterableDataset's iter())";
+/// ... and when it resumed from a checkpoint (state hooks: load_state, iter(), skip).
+constexpr const char* kStreamResumed = "to resume its stream from the checkpoint";
 
 /// Spawns a worker actor answering to `uplink`.  Spawned lazily: it runs on the thread
 /// of the first message sent to it (the worker host's, InlineExecutor).

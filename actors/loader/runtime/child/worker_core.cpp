@@ -95,6 +95,43 @@ WorkerReply decode_reply(uint8_t type, const std::string& body) {
   return r;
 }
 
+std::string encode_stream_start(uint64_t task, const StreamStart& start) {
+  std::string body;
+  put_u64(body, task);
+  put_string(body, start.rng);
+  put_u64(body, start.state ? 1 : 0);
+  put_string(body, start.state.value_or(std::string()));
+  return body;
+}
+
+std::pair<uint64_t, StreamStart> decode_stream_start(const std::string& body) {
+  Reader in(body);
+  const uint64_t task = in.u64();
+  StreamStart start;
+  start.rng = in.string();
+  const bool has_state = in.u64() != 0;
+  std::string state = in.string();
+  if (has_state) start.state = std::move(state);
+  return {task, std::move(start)};
+}
+
+std::string encode_stream_resume(const StreamResume& resume) {
+  std::string body;
+  put_u64(body, resume.skip);
+  put_string(body, resume.rng);
+  put_string(body, resume.state);
+  return body;
+}
+
+StreamResume decode_stream_resume(const std::string& body) {
+  Reader in(body);
+  StreamResume r;
+  r.skip = in.u64();
+  r.rng = in.string();
+  r.state = in.string();
+  return r;
+}
+
 namespace {
 /// Installs the worker's view of the world for the duration of one call: its
 /// default generator, its worker info.
@@ -124,10 +161,38 @@ WorkerCore::WorkerCore(const WorkerConfig& config) : config_(config), generator_
   // The fetcher is made after worker_init_fn, which may configure the dataset copy
   // (PyTorch's docstring example 2 splits the stream there).
   if (config.iterable) {
-    iter_fetcher_.emplace(info_.iterable_dataset, config.auto_collation, collate, config.drop_last);
+    start_stream();
   } else {
     map_fetcher_.emplace(info_.dataset, config.auto_collation, collate);
   }
+}
+
+void WorkerCore::start_stream() {
+  CollateFn collate;
+  if (!config_.collate_fn_name.empty()) collate = find_collate_fn(config_.collate_fn_name);
+  // Noted before iter(), which may draw or move the copy on (an epoch counter): a
+  // resumed stream starts from exactly this.
+  StreamStart start{generator_.state(), info_.iterable_dataset->state()};
+  iter_fetcher_.emplace(info_.iterable_dataset, config_.auto_collation, collate, config_.drop_last);
+  unreported_ = std::move(start);
+}
+
+std::optional<StreamStart> WorkerCore::take_stream_start() {
+  std::optional<StreamStart> out = std::move(unreported_);
+  unreported_.reset();
+  return out;
+}
+
+void WorkerCore::resume_stream(const StreamResume& r) {
+  if (!config_.iterable) throw RuntimeError("ResumeStream frame for a map-style dataset");
+  if (!generator_.set_state(r.rng)) throw RuntimeError("ResumeStream frame without a generator state");
+  pending_.clear();
+  pending_ns_.clear();
+  WorkerScope scope(generator_, info_);
+  load_stream_state(*info_.iterable_dataset, r.state);
+  start_stream();
+  skip_stream(*iter_fetcher_, *info_.iterable_dataset, r.skip,
+              static_cast<size_t>(config_.auto_collation ? config_.batch_size : 1));
 }
 
 void WorkerCore::add_slab(uint64_t id, void* base, size_t size) { slabs_[id] = Slab{base, size}; }
@@ -139,9 +204,7 @@ void WorkerCore::reset_epoch() {
   pending_ns_.clear();
   if (config_.iterable) {
     WorkerScope scope(generator_, info_);
-    CollateFn collate;
-    if (!config_.collate_fn_name.empty()) collate = find_collate_fn(config_.collate_fn_name);
-    iter_fetcher_.emplace(info_.iterable_dataset, config_.auto_collation, collate, config_.drop_last);
+    start_stream();
   }
 }
 

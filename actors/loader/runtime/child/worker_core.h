@@ -22,6 +22,7 @@
 #include "loader/fetch.h"
 #include "loader/generator.h"
 #include "loader/worker_info.h"
+#include "loader/runtime/epoch.h"     // StreamStart
 #include "loader/runtime/protocol.h"  // WorkerReply, kInlineSlab
 
 namespace loader::runtime {
@@ -54,6 +55,12 @@ struct WorkerConfig {
 std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r);
 /// Parses a Result/Need/TaskError/IterEnd frame body (`type` as in wire.h).
 WorkerReply decode_reply(uint8_t type, const std::string& body);
+/// The StreamStart frame's body (how the stream answering `task` began), and its inverse.
+std::string encode_stream_start(uint64_t task, const StreamStart& start);
+std::pair<uint64_t, StreamStart> decode_stream_start(const std::string& body);
+/// The ResumeStream frame's body, and its inverse.
+std::string encode_stream_resume(const StreamResume& resume);
+StreamResume decode_stream_resume(const std::string& body);
 
 class WorkerCore {
  public:
@@ -75,6 +82,15 @@ class WorkerCore {
   /// epoch begins with (an iterable epoch is only ever resumed from its start), so the
   /// stream is made again from it, as reset_epoch() does: the dataset's iter() may draw.
   bool set_generator_state(const std::string& state);
+  /// An IterableDataset with state hooks, a resumed epoch (a ResumeStream frame): the
+  /// generator set to `r.rng`, the dataset copy's load_state(r.state), the stream made
+  /// again, and its first r.skip results passed (IterableFetcher::skip).  Throws
+  /// loader::Error naming the dataset when the state is refused or the stream is shorter.
+  void resume_stream(const StreamResume& r);
+  /// How the iterable stream began, once per stream, for the first reply it gives (the
+  /// worker actor reports it with that reply's task); nullopt afterwards, and for a
+  /// map-style dataset.
+  std::optional<StreamStart> take_stream_start();
 
   const WorkerInfo& info() const { return info_; }
   /// The worker's default generator (its random stream; saved and restored across restarts).
@@ -90,12 +106,16 @@ class WorkerCore {
   std::optional<Value> fetch(const IndexBatch& indices);
   WorkerReply place(uint64_t task, const Value& batch, uint64_t slab);
   WorkerReply error_reply(uint64_t task, const std::string& type, const std::string& what) const;
+  /// Begins the iterable stream: notes the generator and the copy's state(), then its
+  /// iter() (through the fetcher).  Under the worker's scope.
+  void start_stream();
 
   WorkerConfig config_;
   Generator generator_;
   WorkerInfo info_;
   std::optional<MapFetcher> map_fetcher_;
   std::optional<IterableFetcher> iter_fetcher_;
+  std::optional<StreamStart> unreported_;  ///< how the current stream began, until reported
   struct Slab {
     void* base;
     size_t size;

@@ -10,6 +10,7 @@
 #include "loader/runtime/actor_system.h"
 #include "loader/runtime/child/uplink_actor.h"
 #include "loader/runtime/child/worker_actor.h"
+#include "loader/runtime/child/worker_core.h"
 #include "loader/runtime/os/os_error.h"
 #include "loader/runtime/rng_state_page.h"
 
@@ -144,6 +145,11 @@ int WorkerHost::deliver_frame(Frame& f) {
       break;
     }
     case FrameType::Epoch: exec_.send(worker_, epoch_atom::value); break;
+    case FrameType::ResumeStream: {
+      StreamResume r = decode_stream_resume(f.body);
+      exec_.send(worker_, resume_atom::value, r.skip, std::move(r.rng), std::move(r.state));
+      break;
+    }
     case FrameType::Shutdown: shutdown_ = true; break;
     default: throw RuntimeError(std::string("unexpected frame ") + frame_type_name(f.type));
   }

@@ -36,6 +36,13 @@ void LinkProxy::enqueue(caf::mailbox_element_ptr what, caf::execution_unit* cont
     stage_guarded(failures_, who_, "a worker's failure", [&] {
       if (stage_->failed(worker_, m.get_as<uint32_t>(1), m.get_as<std::string>(2), m.get_as<std::string>(3))) retire();
     });
+  } else if (m.match_elements<stream_atom, uint32_t, uint64_t, std::string, bool, std::string>()) {
+    stage_guarded(failures_, who_, "a stream's start", [&] {
+      StreamStart start;
+      start.rng = std::move(m.get_mutable_as<std::string>(3));
+      if (m.get_as<bool>(4)) start.state = std::move(m.get_mutable_as<std::string>(5));
+      stage_->stream_started(worker_, m.get_as<uint32_t>(1), m.get_as<uint64_t>(2), std::move(start));
+    });
   } else if (m.match_elements<down_atom, uint32_t, WorkerExit>()) {
     stage_guarded(failures_, who_, "a worker's end", [&] {
       if (stage_->down(worker_, m.get_as<uint32_t>(1), m.get_as<WorkerExit>(2))) retire();

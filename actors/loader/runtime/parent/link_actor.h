@@ -8,7 +8,7 @@
 //   task_msg     from the sampler: WorkerStage::take_task (held until answered, with a
 //                slab, over the task ring or the socket);
 //   events       from worker k's transport (its reader thread): a result that came
-//                over the socket, hello, ready, fatal, down, each naming the
+//                over the socket, hello, ready, fatal, stream, down, each naming the
 //                incarnation; an older incarnation's are dropped.  A worker that died
 //                of one is retired: `retire` to the sampler.
 // A result taken from the result ring (the incarnation's own) is handed to deliver(),

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <sstream>
+#include <thread>
 
 #include "loader/error.h"
 #include "loader/runtime/actor_system.h"
@@ -234,6 +235,10 @@ class MultiProcessEpoch final : public EpochBackend {
     // make them again (an Epoch frame).  Re-initialised workers made theirs at Init, as
     // new processes do, once (a dataset's iter() may draw random numbers).
     const bool carried_over = s.options.persistent_workers && pool_->epochs > 0;
+    if (s.iterable) {
+      stream_taken_.assign(static_cast<size_t>(s.options.num_workers), 0);
+      stream_next_ = resume.first_worker >= 0 ? resume.first_worker : 0;
+    }
     epoch_ = pool_->pipeline().begin_epoch(std::move(source), carried_over, std::move(resume));
     ++pool_->epochs;
     timeout_ = s.options.timeout;
@@ -253,7 +258,27 @@ class MultiProcessEpoch final : public EpochBackend {
 
   EpochPosition position() const override {
     if (finished_) return ended_position_;
-    return pool_->pipeline().position(epoch_);
+    if (!state_->iterable) return pool_->pipeline().position(epoch_);
+    // An IterableDataset's running epoch is asked for its position only when its dataset
+    // has state hooks (DataLoader::Iterator::plan): each worker reports how its stream
+    // began with its first task of the epoch, on its socket, which the reader thread may
+    // not have read yet while the worker's results (in its ring) were taken already.
+    // Waited for, while the worker lives (a dead one never reports: the plan says so).
+    const auto deadline = std::chrono::steady_clock::now() + report_wait();
+    while (true) {
+      EpochPosition p = pool_->pipeline().position(epoch_);
+      bool waiting = false;
+      for (size_t w = 0; w < p.stream_start.size(); ++w)
+        if (!p.stream_start[w] &&
+            pool_->pipeline().worker_state(static_cast<int>(w)) != WorkerLifecycle::State::Dead)
+          waiting = true;
+      if (!waiting || std::chrono::steady_clock::now() >= deadline) {
+        p.stream_taken = stream_taken_;
+        p.stream_next = stream_next_;
+        return p;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
   }
 
   std::optional<Value> next() override {
@@ -271,13 +296,28 @@ class MultiProcessEpoch final : public EpochBackend {
         finish();
         throw RuntimeError(msg);
       }
-      case Delivery::Kind::Error: throw_error(d.error_type, d.error_message);
+      case Delivery::Kind::Error: taken_from(d.worker); throw_error(d.error_type, d.error_message);
       case Delivery::Kind::Batch: break;
     }
+    taken_from(d.worker);
     return decode(d);
   }
 
  private:
+  /// An IterableDataset's result (batch or error) from `worker` went to the application:
+  /// counted for its stream, and the round robin's next stream is the one after it.
+  void taken_from(int worker) {
+    if (worker < 0 || static_cast<size_t>(worker) >= stream_taken_.size()) return;
+    ++stream_taken_[static_cast<size_t>(worker)];
+    stream_next_ = (worker + 1) % static_cast<int>(stream_taken_.size());
+  }
+
+  /// How long position() waits for a worker's StreamStart: the loader's timeout, else 60 s.
+  std::chrono::steady_clock::duration report_wait() const {
+    const double s = timeout_ > 0 && timeout_ < 1e9 ? timeout_ : 60.0;
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+  }
+
   /// " waiting for batch 3 of the epoch from DataLoader worker 1 (pid 1234)".
   std::string waiting_on() {
     auto [batch, worker] = pool_->pipeline().awaited();
@@ -318,6 +358,8 @@ class MultiProcessEpoch final : public EpochBackend {
     if (resumable(*state_)) {
       try {
         ended_position_ = pool_->pipeline().position(epoch_);
+        ended_position_.stream_taken = stream_taken_;
+        ended_position_.stream_next = stream_next_;
       } catch (const Error&) {
         // another epoch of the pool began meanwhile: this one has no position of its own
       }
@@ -338,6 +380,10 @@ class MultiProcessEpoch final : public EpochBackend {
   bool finished_ = false;
   EpochStats ended_;     ///< the stage figures when the epoch ended
   EpochPosition ended_position_;  ///< where it stood when it ended
+  /// IterableDataset: the results each worker's stream gave the application in this
+  /// epoch, and the worker whose result comes next (application thread).
+  std::vector<uint64_t> stream_taken_;
+  int stream_next_ = 0;
 };
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "loader/runtime/epoch.h"
 #include "loader/runtime/inline_executor.h"
 #include "loader/runtime/parent/handoff.h"
 #include "loader/runtime/parent/reorder_buffer.h"
@@ -74,6 +75,8 @@ class WorkerStage {
   virtual bool failed(int worker, uint32_t gen, const std::string& type, const std::string& message) = 0;
   /// Incarnation `gen` went down (`how`): restarted, or dead.  True when it died now.
   virtual bool down(int worker, uint32_t gen, const WorkerExit& how) = 0;
+  /// How incarnation `gen`'s iterable stream answering `task` began (state hooks).
+  virtual void stream_started(int worker, uint32_t gen, uint64_t task, StreamStart start) = 0;
 };
 
 class StageActors {

@@ -94,6 +94,12 @@ bool WorkerSlots::failed(int w, uint32_t gen, const std::string& type, const std
   return true;
 }
 
+void WorkerSlots::stream_started(int w, uint32_t gen, uint64_t task, StreamStart start) {
+  Slot& s = at(w);
+  if (!current(w, gen) || epoch_ == 0 || (s.stream_start && s.stream_start->first > task)) return;
+  s.stream_start.emplace(task, std::move(start));
+}
+
 bool WorkerSlots::down(int w, uint32_t gen, const WorkerExit& how) {
   Slot& s = at(w);
   // A kept worker that died before it started a task of the epoch it was

@@ -77,6 +77,9 @@ class WorkerSlots final : public WorkerStage {
     std::optional<std::string> resume_rng;
     /// The task that state was sent with (a restart before the task started sends it again).
     std::optional<std::pair<uint64_t, std::string>> resume_sent;
+    /// IterableDataset: how its latest stream began (the task its first reply answered,
+    /// the StreamStart its worker reported); reset as an epoch begins.
+    std::optional<std::pair<uint64_t, StreamStart>> stream_start;
     /// The pid of a starting or running incarnation, else -1.
     int live_pid() const { return link && life.accepting() ? link->pid() : -1; }
   };
@@ -130,6 +133,8 @@ class WorkerSlots final : public WorkerStage {
   /// Restart (WorkerStageEvents::worker_restarting), fail, or ignore (an older
   /// incarnation), as its lifecycle decides.
   bool down(int worker, uint32_t gen, const WorkerExit& how) override;
+  /// Kept when it is the latest (a stream of an older epoch reports before a newer one).
+  void stream_started(int worker, uint32_t gen, uint64_t task, StreamStart start) override;
 
   /// A batch of worker `w` was dropped (its slab is back): its tasks waiting for a slab
   /// go out.  True when any did.
