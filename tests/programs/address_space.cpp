@@ -6,7 +6,13 @@
 // mapping or process the limit denies (CAF's own constructor used to call
 // std::terminate when it could not start its last thread).
 //
-//   loader_test_address_space EXTRA_MB|none
+// "system": it only builds an actor system with the runtime's configuration, as
+// acquire_system() and a worker process do, but without trying the threads first (the
+// race a worker process loses when another process of its cgroup takes the last pids
+// between the two): "ok" and exit 0, or "error: <what>" and exit 1 (CAF's constructor
+// used to crash, SIGSEGV, when it could not start its first thread).
+//
+//   loader_test_address_space EXTRA_MB|none|system
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -16,6 +22,7 @@
 #include <string>
 
 #include "loader/dataloader.h"
+#include "loader/runtime/actor_system.h"
 #include "loader/worker_main.h"
 #include "test_datasets.h"
 
@@ -40,8 +47,19 @@ int main(int argc, char** argv) {
   loader::testing::register_exe_squares();
   if (auto rc = loader::runtime::run_worker_if_requested(argc, argv)) return *rc;
   if (argc != 2) {
-    std::fprintf(stderr, "usage: loader_test_address_space EXTRA_MB|none\n");
+    std::fprintf(stderr, "usage: loader_test_address_space EXTRA_MB|none|system\n");
     return 2;
+  }
+  if (std::string(argv[1]) == "system") {
+    try {
+      loader::runtime::RuntimeConfig cfg;
+      auto sys = loader::runtime::start_actor_system(cfg);
+      std::printf("ok\n");
+      return 0;
+    } catch (const std::exception& e) {
+      std::printf("error: %s\n", e.what());
+      return 1;
+    }
   }
   if (std::string(argv[1]) != "none") {
     const unsigned long long extra = std::strtoull(argv[1], nullptr, 10) << 20;

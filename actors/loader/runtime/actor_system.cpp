@@ -14,12 +14,16 @@
 #include <thread>
 #include <vector>
 
+#include <caf/policy/work_stealing.hpp>
+#include <caf/scheduler/coordinator.hpp>
+
 #include "loader/error.h"
 #include "loader/runtime/os/os_error.h"
 
 namespace loader::runtime {
 
 RuntimeConfig::RuntimeConfig() {
+  guard_scheduler_start(*this);
   // The actors here handle rare events (deaths, restarts, ticks): two threads are plenty.
   set("scheduler.max-threads", 2);
   set("work-stealing.aggressive-poll-attempts", 0);
@@ -29,6 +33,37 @@ RuntimeConfig::RuntimeConfig() {
 }
 
 namespace {
+/// CAF's default scheduler, loaded in its place (guard_scheduler_start).  start() runs
+/// in caf::actor_system's constructor, on the thread building the system: it starts
+/// the scheduler's worker threads, its clock thread and the printer actor's thread
+/// (detached), and the first of these that cannot be created throws.  Caught here, the
+/// exception never unwinds the system's constructor (which CAF cannot survive); the
+/// threads not started yet are never started, and failure() says what failed.
+class GuardedScheduler final : public caf::scheduler::coordinator<caf::policy::work_stealing> {
+ public:
+  using coordinator::coordinator;
+  static caf::actor_system::module* make(caf::actor_system& sys, caf::detail::type_list<>) {
+    return new GuardedScheduler(sys);
+  }
+  /// Empty when start() started every thread; else what failed, in words.
+  const std::string& failure() const { return failure_; }
+
+ protected:
+  void start() override {
+    try {
+      coordinator::start();
+    } catch (const std::system_error& e) {
+      failure_ = "a thread of its scheduler could not be created (" + std::string(e.what()) +
+                 (e.code() == std::errc::resource_unavailable_try_again ? thread_limits_text() : std::string()) + ")";
+    } catch (const std::exception& e) {
+      failure_ = "its scheduler could not start (" + std::string(e.what()) + ")";
+    }
+  }
+
+ private:
+  std::string failure_;
+};
+
 /// The holders of one process.  A child forked from it inherits a copy of its
 /// parent's registry and exit handlers: it must not end its parent's pools, so it
 /// leaves that copy alone and makes its own on first use.
@@ -141,6 +176,20 @@ void probe_system_threads(int count) {
                        std::to_string(count) + " threads could be created (" + failure + ")");
 }
 
+void guard_scheduler_start(caf::actor_system_config& cfg) { cfg.load<GuardedScheduler>(); }
+
+std::unique_ptr<caf::actor_system> start_actor_system(caf::actor_system_config& cfg) {
+  auto sys = std::make_unique<caf::actor_system>(cfg);
+  const auto* sched = dynamic_cast<const GuardedScheduler*>(&sys->scheduler());
+  if (sched == nullptr || sched->failure().empty()) return sys;
+  const std::string failure = sched->failure();
+  // Left undestroyed: stopping the scheduler waits for every worker thread it has, and
+  // the ones it could not create never answer.  Those it did create keep polling
+  // their empty queues until the process ends.
+  (void)sys.release();
+  throw RuntimeError(failure);
+}
+
 std::shared_ptr<caf::actor_system> acquire_system() {
   static std::mutex mu;
   static std::weak_ptr<caf::actor_system> current;
@@ -156,7 +205,9 @@ std::shared_ptr<caf::actor_system> acquire_system() {
   probe_system_threads(kSystemThreads);
   std::shared_ptr<caf::actor_system> sys;
   try {
-    sys = std::make_shared<caf::actor_system>(*cfg);
+    sys = start_actor_system(*cfg);
+  } catch (const RuntimeError& e) {  // a thread of CAF's scheduler (the probe passed, another process won the race)
+    throw RuntimeError(std::string("DataLoader: cannot start the actor system: ") + e.what());
   } catch (const std::exception& e) {
     throw RuntimeError(std::string("DataLoader: cannot start the actor system (") + e.what() + ")" +
                        thread_limits_text());

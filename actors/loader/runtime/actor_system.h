@@ -8,11 +8,28 @@
 
 namespace loader::runtime {
 
-/// The CAF configuration the runtime uses (quiet logger, 2 scheduler threads).
+/// The CAF configuration the runtime uses (quiet logger, 2 scheduler threads, the
+/// guarded scheduler: guard_scheduler_start).
 class RuntimeConfig : public caf::actor_system_config {
  public:
   RuntimeConfig();
 };
+
+/// Makes the systems built from `cfg` use CAF's default scheduler (work stealing) in a
+/// shell whose start never throws: when CAF's scheduler cannot start one of its
+/// threads (std::thread throws std::system_error, EAGAIN under a process limit),
+/// caf::actor_system's constructor unwinds a half-started system, and CAF 0.17 cannot
+/// do that: its registry releases the system's own actors after the scheduler is gone
+/// (SIGSEGV in actor_system::clock()), or it destroys threads it started while they
+/// are joinable (std::terminate).  The shell records the failure instead, and
+/// start_actor_system reports it.
+void guard_scheduler_start(caf::actor_system_config& cfg);
+
+/// Builds an actor system from `cfg` (which called guard_scheduler_start).  Throws
+/// RuntimeError naming the thread that could not be started and the process's limits;
+/// that half-started system is left undestroyed (its destructor would wait for
+/// scheduler threads that never ran), with whatever threads it did start.
+std::unique_ptr<caf::actor_system> start_actor_system(caf::actor_system_config& cfg);
 
 /// The process's actor system (RuntimeConfig), made on first use and destroyed when
 /// the last holder lets go.  Thread-safe.  Throws RuntimeError naming the cause when

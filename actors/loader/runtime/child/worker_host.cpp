@@ -18,8 +18,8 @@ namespace loader::runtime {
 
 namespace {
 
-/// The socket a worker process reports on when CAF cannot start a thread of its actor
-/// system (see run_worker_loop).
+/// The socket a worker process reports on when its actor system's constructor ends in
+/// std::terminate (see run_worker_loop).
 int g_terminate_sock = -1;
 
 [[noreturn]] void report_system_start_failure() {
@@ -33,13 +33,15 @@ uint64_t address_of(const ShmMapping& m) { return reinterpret_cast<uint64_t>(m.d
 
 /// The actor system of a worker process: one scheduler thread (the worker host runs
 /// the worker's actors on its own thread; CAF's threads only see what another thread
-/// of the process sends, which nothing does today), quiet.
+/// of the process sends, which nothing does today), quiet, the guarded scheduler
+/// (guard_scheduler_start: a thread it cannot start is an error, not a crash).
 class WorkerProcessConfig : public caf::actor_system_config {
  public:
   /// The threads CAF starts for it: the scheduler's one, its clock, and one for
   /// detached work.
   static constexpr int kThreads = 3;
   WorkerProcessConfig() {
+    guard_scheduler_start(*this);
     set("scheduler.max-threads", 1);
     set("work-stealing.aggressive-poll-attempts", 0);
     set("work-stealing.moderate-poll-attempts", 0);
@@ -246,12 +248,14 @@ int run_worker_loop(int sock, pid_t parent) {
       probe_system_threads(WorkerProcessConfig::kThreads);
       // The probe can pass and CAF still fail to start a thread: the main process and
       // the other workers share a process limit (a pids cgroup) and start threads
-      // meanwhile.  CAF's constructor then calls std::terminate (it destroys the threads
-      // it started while they are joinable): that becomes this worker's error, never
-      // an abort.
+      // meanwhile.  The guarded scheduler turns that into start_actor_system's
+      // RuntimeError (reported below); unguarded, CAF's constructor unwound the
+      // half-started system and crashed (SIGSEGV in actor_system::clock(), seen with
+      // pids.max 13) or called std::terminate.  Should its constructor still end in
+      // std::terminate, that too becomes this worker's error, never an abort.
       g_terminate_sock = sock;
       const std::terminate_handler previous = std::set_terminate(report_system_start_failure);
-      own = std::make_unique<caf::actor_system>(*cfg);
+      own = start_actor_system(*cfg);
       std::set_terminate(previous);
     } else {
       shared = acquire_system();  // a thread of the main process: the main process's system
