@@ -328,9 +328,12 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
       s.options.num_workers > 0 ? runtime::persistent_base_seed(s) : std::nullopt;
   // A resumed epoch draws what the checkpointed one drew, so that the sampler's draws
   // that follow are the same; a finished one's next epoch draws as that loader would have.
-  bool draw = !persistent_seed;
+  // WorkerSeeding::PerTask draws it at every iter(), persistent workers included: it
+  // seeds the epoch's tasks (the workers keep the seeds they started with).
+  const bool per_task = s.options.worker_seeding == WorkerSeeding::PerTask && s.options.num_workers > 0;
+  bool draw = !persistent_seed || per_task;
   if (plan && !plan->finished) draw = plan->base_seed_drawn;
-  else if (plan && plan->same_workers && s.options.num_workers > 0) draw = !plan->pool_alive;
+  else if (plan && plan->same_workers && s.options.num_workers > 0) draw = !plan->pool_alive || per_task;
   uint64_t base_seed = 0;
   if (draw) {
     base_seed = static_cast<uint64_t>(s.generator().random_int64());

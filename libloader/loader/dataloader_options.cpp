@@ -85,10 +85,6 @@ void validate_options(const DataLoaderOptions& o, bool iterable) {
   if (o.worker_seeding == WorkerSeeding::PerTask && iterable)
     throw ValueError("worker_seeding=PerTask needs a map-style dataset: an IterableDataset's draws run on across a "
                      "worker's batches, so they cannot be seeded per index batch; use WorkerSeeding::PerWorker");
-  if (o.worker_seeding == WorkerSeeding::PerTask && o.persistent_workers)
-    throw ValueError("worker_seeding=PerTask needs persistent_workers=false: the per-task seeds are handed to the "
-                     "workers with each epoch's configuration, which persistent workers get once; use "
-                     "persistent_workers=false or WorkerSeeding::PerWorker");
   if (!o.collate_fn_name.empty()) (void)find_collate_fn(o.collate_fn_name);
   if (!o.worker_init_fn_name.empty()) (void)find_worker_init_fn(o.worker_init_fn_name);
 }

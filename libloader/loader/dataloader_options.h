@@ -33,7 +33,9 @@ enum class WorkerMode { Process, InProcess };
 ///              epoch's i-th index batch, in a worker and with num_workers = 0 alike: a
 ///              batch's draws depend on (base_seed, i) only, so the batches are the same
 ///              for any num_workers and a checkpoint resumes byte for byte into another
-///              num_workers (strict=false).
+///              num_workers (strict=false).  Every iter() draws base_seed, persistent
+///              workers included (they get each epoch's base_seed before its first task;
+///              their worker_init_fn and get_worker_info().seed keep the first epoch's).
 enum class WorkerSeeding { PerWorker, PerTask };
 
 /// "per-worker" / "per-task" (checkpoints, messages).
@@ -114,9 +116,8 @@ struct DataLoaderOptions {
   bool persistent_workers = false;
 
   /// How each worker's default generator is seeded (WorkerSeeding above).  PerTask
-  /// needs a map-style dataset and persistent_workers=false (ValueError otherwise): an
-  /// iterable stream's draws run on across a worker's batches, and persistent workers
-  /// get their configuration once, not each epoch.  Default PerWorker (PyTorch's).
+  /// needs a map-style dataset (ValueError otherwise): an iterable stream's draws run on
+  /// across a worker's batches.  Default PerWorker (PyTorch's).
   WorkerSeeding worker_seeding = WorkerSeeding::PerWorker;
 
   /// Deliver batches in sampler order (true) or as soon as they are ready (false).

@@ -76,6 +76,9 @@ struct EpochResume {
   std::vector<StreamResume> streams;
   /// Where the round robin starts; -1: at worker `consumed % W`.
   int first_worker = -1;
+  /// WorkerSeeding::PerTask: the epoch's base_seed, sent to every worker before its
+  /// first task (TaskSeeds: persistent workers get no configuration per epoch).
+  std::optional<uint64_t> task_seed_base;
   /// Some worker must start from the state its Init gives: running persistent workers
   /// (whose streams moved on) are replaced.
   bool fresh_workers() const {

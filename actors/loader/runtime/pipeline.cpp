@@ -269,6 +269,14 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
       if (!resume.worker_rng.empty() || !resume.streams.empty())
         s.resume_rng = w < resume.worker_rng.size() ? std::move(resume.worker_rng[w]) : std::nullopt;
     }
+    if (resume.task_seed_base) {
+      // Task t of this epoch is seeded task_seed(base_seed, t - task_base), t - task_base
+      // being its index in the (checkpointed) epoch; a worker restarted later gets it too.
+      std::string seeds;
+      put_u64(seeds, *resume.task_seed_base);
+      put_u64(seeds, first_task - resume.consumed);
+      workers_->set_task_seeds(std::move(seeds));
+    }
     for (int w = 0; w < num_workers(); ++w) {
       const WorkerSlots::Slot& s = workers_->at(w);
       if (s.life.dead()) {
@@ -281,6 +289,7 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
       if (static_cast<size_t>(w) < resume.streams.size())
         workers_->queue(w, FrameType::ResumeStream, encode_stream_resume(resume.streams[static_cast<size_t>(w)]));
       else if (reset_streams) workers_->queue(w, FrameType::Epoch, {});
+      if (resume.task_seed_base) workers_->queue(w, FrameType::TaskSeeds, *workers_->task_seeds());
     }
     // Slabs sized before the first task (sample_spec): a pool that cannot fit in
     // shared memory is this epoch's error, before its first batch.

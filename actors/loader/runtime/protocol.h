@@ -125,6 +125,10 @@ using epoch_atom = caf::atom_constant<caf::atom("epoch")>;
 /// the stream begins again from (generator state, the dataset's state) and passes the
 /// results the checkpointed iterator had taken.  A failure is the worker's `fatal`.
 using resume_atom = caf::atom_constant<caf::atom("resume")>;
+/// worker host -> worker actor, WorkerSeeding::PerTask: the epoch's (base_seed,
+/// task_base): task t is seeded task_seed(base_seed, t - task_base) (an epoch of
+/// persistent workers, and after the Init of a worker restarted mid-epoch).
+using seeds_atom = caf::atom_constant<caf::atom("seeds")>;
 
 /// The worker actor: where a worker's tasks are computed.
 using worker_actor = caf::typed_actor<
@@ -135,6 +139,7 @@ using worker_actor = caf::typed_actor<
     caf::reacts_to<slab_atom, uint64_t /*id*/, uint64_t /*address*/, uint64_t /*bytes; 0: dropped*/>,
     caf::reacts_to<set_rng_atom, uint64_t /*task*/, std::string /*generator state*/>,
     caf::reacts_to<epoch_atom>,
+    caf::reacts_to<seeds_atom, uint64_t /*base_seed*/, uint64_t /*task_base*/>,
     caf::reacts_to<resume_atom, uint64_t /*results to skip*/, std::string /*generator state*/,
                    std::string /*dataset state*/>>;
 

@@ -25,6 +25,7 @@ const char* frame_type_name(FrameType t) {
     case FrameType::StatePage: return "StatePage";
     case FrameType::SetRng: return "SetRng";
     case FrameType::ResumeStream: return "ResumeStream";
+    case FrameType::TaskSeeds: return "TaskSeeds";
     case FrameType::StreamStart: return "StreamStart";
     case FrameType::Hello: return "Hello";
     case FrameType::Ready: return "Ready";

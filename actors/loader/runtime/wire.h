@@ -31,6 +31,7 @@ enum class FrameType : uint8_t {
   SetRng = 9,    ///< generator state bytes: resume the random stream (restarted worker)
   Rings = 10,    ///< capacity, workers, worker index, generation; carries the task and result rings' descriptor
   ResumeStream = 11,  ///< results to skip, generator state, dataset state: an iterable stream resumes (state hooks)
+  TaskSeeds = 12,     ///< base_seed, task_base: WorkerSeeding::PerTask seeds of the epoch (persistent workers, restarts)
   // worker -> parent
   Ready = 64,     ///< pid
   InitError = 65, ///< error type, message (dataset could not be built, worker_init_fn threw)

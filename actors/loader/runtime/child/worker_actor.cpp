@@ -115,6 +115,9 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, uplink_actor up
           if (self->state.page) self->state.page->write(task, RngStatePage::Before, core.generator());
         });
       },
+      [self](seeds_atom, uint64_t base_seed, uint64_t task_base) {
+        guarded(self, [&] { core_for(self, "TaskSeeds").set_task_seeds(base_seed, task_base); });
+      },
       [self](resume_atom, uint64_t skip, const std::string& rng, const std::string& state) {
         guarded(self, [&] {
           WorkerCore& core = core_for(self, "ResumeStream");

@@ -82,6 +82,12 @@ class WorkerCore {
   /// epoch begins with (an iterable epoch is only ever resumed from its start), so the
   /// stream is made again from it, as reset_epoch() does: the dataset's iter() may draw.
   bool set_generator_state(const std::string& state);
+  /// WorkerSeeding::PerTask: tasks from now on are seeded task_seed(base_seed, task -
+  /// task_base) (an epoch of persistent workers; a worker restarted mid-epoch).
+  void set_task_seeds(uint64_t base_seed, uint64_t task_base) {
+    config_.base_seed = base_seed;
+    config_.task_base = task_base;
+  }
   /// An IterableDataset with state hooks, a resumed epoch (a ResumeStream frame): the
   /// generator set to `r.rng`, the dataset copy's load_state(r.state), the stream made
   /// again, and its first r.skip results passed (IterableFetcher::skip).  Throws

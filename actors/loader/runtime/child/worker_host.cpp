@@ -147,6 +147,12 @@ int WorkerHost::deliver_frame(Frame& f) {
       break;
     }
     case FrameType::Epoch: exec_.send(worker_, epoch_atom::value); break;
+    case FrameType::TaskSeeds: {
+      const uint64_t base_seed = in.u64();
+      const uint64_t task_base = in.u64();
+      exec_.send(worker_, seeds_atom::value, base_seed, task_base);
+      break;
+    }
     case FrameType::ResumeStream: {
       StreamResume r = decode_stream_resume(f.body);
       exec_.send(worker_, resume_atom::value, r.skip, std::move(r.rng), std::move(r.state));

@@ -214,7 +214,11 @@ class MultiProcessEpoch final : public EpochBackend {
     auto& s = *state;
     // A resumed epoch whose persistent workers were seeded otherwise, or that needs a
     // worker as its Init leaves it, gets new ones.
-    if (s.persistent_pool && (s.persistent_pool->base_seed != base_seed || resume.fresh_workers()))
+    // With WorkerSeeding::PerTask every epoch draws base_seed, and the workers get it
+    // before its first task (TaskSeeds); their own seeds stay those they started with.
+    const bool per_task = s.options.worker_seeding == WorkerSeeding::PerTask;
+    if (per_task) resume.task_seed_base = base_seed;
+    if (s.persistent_pool && ((!per_task && s.persistent_pool->base_seed != base_seed) || resume.fresh_workers()))
       s.persistent_pool.reset();
     if (s.options.persistent_workers && s.persistent_pool) {
       pool_ = s.persistent_pool;

@@ -57,6 +57,9 @@ void WorkerSlots::prepare_incarnation(int w, std::string init) {
   put_u64(rings, s.life.generation());
   queue(w, FrameType::Rings, std::move(rings), rings_.segment());
   queue(w, FrameType::Init, std::move(init));
+  // A worker restarted mid-epoch seeds the tasks it is re-sent as the epoch began (its
+  // Init names the pool's first epoch's seeds; persistent workers' epochs move on).
+  if (task_seeds_) queue(w, FrameType::TaskSeeds, *task_seeds_);
 }
 
 void WorkerSlots::resend_held(int w) {

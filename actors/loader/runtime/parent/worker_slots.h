@@ -106,8 +106,12 @@ class WorkerSlots final : public WorkerStage {
   /// rings emptied).
   uint32_t begin_incarnation(int w);
   /// Queues the first frames of the incarnation: the state page, the rings, the
-  /// configuration `init` (an encoded WorkerConfig).
+  /// configuration `init` (an encoded WorkerConfig), then the epoch's task seeds.
   void prepare_incarnation(int w, std::string init);
+  /// WorkerSeeding::PerTask: the body of the current epoch's TaskSeeds frame (base_seed,
+  /// task_base), which every later incarnation gets after its Init.
+  void set_task_seeds(std::string body) { task_seeds_ = std::move(body); }
+  const std::optional<std::string>& task_seeds() const { return task_seeds_; }
   /// After a restart: slabs of other epochs' tasks come back, the generator goes back
   /// to where the first unfinished task began, and every held task goes out again.
   void resend_held(int w);
@@ -164,6 +168,7 @@ class WorkerSlots final : public WorkerStage {
   std::string executable_;
   uint64_t epoch_ = 0;
   bool closed_ = false;
+  std::optional<std::string> task_seeds_;
 };
 
 }  // namespace loader::runtime
