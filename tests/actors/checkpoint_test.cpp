@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <set>
@@ -1111,21 +1112,39 @@ TEST(CheckpointLoader, ACheckpointThatDoesNotFitIsRefusedSayingWhatDiffersAndCha
 }
 
 /// Sample i = (i, i); a sample whose index is a multiple of 16 takes 30 ms, so that with
-/// in_order=false the batches arrive out of task order.
+/// in_order=false the batches arrive out of task order.  With a `gate` (a file path),
+/// sample 0 instead waits until that file exists (at most 10 s): its task is delivered
+/// only after the test let it, whatever the machine's speed.
 class SlowEvery16 : public Dataset {
  public:
-  explicit SlowEvery16(int64_t n) : n_(n) {}
+  SlowEvery16(int64_t n, std::string gate) : n_(n), gate_(std::move(gate)) {}
   Value get(int64_t i) override {
-    if (i % 16 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    if (i == 0 && !gate_.empty()) {
+      for (int k = 0; k < 10000 && ::access(gate_.c_str(), F_OK) != 0; ++k)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } else if (i % 16 == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
     return Value::tuple({Value(i), Value(i)});
   }
   int64_t size() const override { return n_; }
 
  private:
   int64_t n_;
+  std::string gate_;
 };
-LOADER_REGISTER_DATASET("test_checkpoint_slow_every16",
-                        [](const Value& p) { return std::make_shared<SlowEvery16>(p.at("n").to_int()); });
+LOADER_REGISTER_DATASET("test_checkpoint_slow_every16", [](const Value& p) {
+  return std::make_shared<SlowEvery16>(p.at("n").to_int(), p.get("gate", Value("")).to_string());
+});
+
+/// A gate file for SlowEvery16: closed until open() creates it; removed at the end.
+struct Gate {
+  std::string path = "/tmp/loader-test-gate-" + std::to_string(::getpid()) + "-" +
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  Gate() { std::remove(path.c_str()); }
+  ~Gate() { std::remove(path.c_str()); }
+  void open() const { std::ofstream(path).put('1'); }
+};
 
 DataLoaderOptions out_of_order_options(int workers) {
   DataLoaderOptions o;
@@ -1189,9 +1208,11 @@ TEST(CheckpointOutOfOrder, AResumedEpochSendsEveryRemainingSampleExactlyOnce) {
 TEST(CheckpointOutOfOrder, ASlowFirstTaskLeavesDeliveredBatchesAboveItAndAResumedEpochCanBeCheckpointedAgain) {
   default_generator().manual_seed(6);
   DataLoaderOptions o = out_of_order_options(2);
-  o.shuffle = false;  // task 0 holds sample 0: its worker is slow on it
+  o.shuffle = false;  // task 0 holds sample 0: its worker waits on it until the gate opens
+  const Gate gate;
   auto make = [&] {
-    return std::make_unique<DataLoader>(make_dataset({"test_checkpoint_slow_every16", Value::dict({{"n", 96}})}), o);
+    return std::make_unique<DataLoader>(
+        make_dataset({"test_checkpoint_slow_every16", Value::dict({{"n", 96}, {"gate", gate.path}})}), o);
   };
   std::vector<int64_t> first, second, third;
   Value state1, state2;
@@ -1200,6 +1221,7 @@ TEST(CheckpointOutOfOrder, ASlowFirstTaskLeavesDeliveredBatchesAboveItAndAResume
     auto it = dl->iter();
     first = take_indices(it, 2);
     state1 = it.state_dict();
+    gate.open();  // the resumed iterators' task 0 goes through at once
   }
   const auto above = state1.at("batches_delivered_above").items();
   ASSERT_FALSE(above.empty()) << "task 0 is slow: the batches after it came first";
@@ -1227,11 +1249,13 @@ TEST(CheckpointOutOfOrder, AnInOrderLoaderRefusesACheckpointWithBatchesDelivered
   DataLoaderOptions o = out_of_order_options(2);
   o.shuffle = false;
   Value state;
+  const Gate gate;
   {
-    DataLoader dl(make_dataset({"test_checkpoint_slow_every16", Value::dict({{"n", 96}})}), o);
+    DataLoader dl(make_dataset({"test_checkpoint_slow_every16", Value::dict({{"n", 96}, {"gate", gate.path}})}), o);
     auto it = dl.iter();
     take_indices(it, 2);
     state = it.state_dict();
+    gate.open();
   }
   ASSERT_FALSE(state.at("batches_delivered_above").items().empty());
   o.in_order = true;
