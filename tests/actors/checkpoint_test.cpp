@@ -32,9 +32,13 @@
 #include "loader/serialization/pt.h"
 #include "loader/warnings.h"
 #include "loader/worker_info.h"
+#include "checkpoint_util.h"
 #include "process_leaks.h"
 
 using namespace loader;
+using loader::testing::bytes_of;
+using loader::testing::epoch_bytes;
+using loader::testing::through_pt;
 using loader::runtime::RngStatePage;
 
 namespace {
@@ -133,28 +137,6 @@ std::string error_of(const std::function<void()>& f) {
   }
   return "";
 }
-
-/// A batch as bytes: the drawn values and the indices.
-std::string bytes_of(const Value& batch) {
-  const Tensor& x = batch[0].to_tensor();
-  const Tensor& i = batch[1].to_tensor();
-  return std::string(static_cast<const char*>(x.data_ptr()), x.nbytes()) +
-         std::string(static_cast<const char*>(i.data_ptr()), i.nbytes());
-}
-
-std::vector<std::string> epoch_bytes(DataLoader::Iterator& it) {
-  std::vector<std::string> out;
-  while (auto b = it.next()) out.push_back(bytes_of(*b));
-  return out;
-}
-
-std::vector<std::string> epoch_bytes(DataLoader& dl) {
-  auto it = dl.iter();
-  return epoch_bytes(it);
-}
-
-/// The checkpoint as a user stores it: pt::save, then pt::load.
-Value through_pt(const Value& state) { return pt::load_bytes(pt::save_bytes(state)); }
 
 /// `state` without the verified replay's entries (a checkpoint of an earlier format 2).
 Value without_hashes(const Value& state) {

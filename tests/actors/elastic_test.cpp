@@ -18,16 +18,16 @@
 #include "loader/error.h"
 #include "loader/samplers.h"
 #include "loader/serialization/pt.h"
+#include "checkpoint_util.h"
 
 using namespace loader;
+using loader::testing::through_pt;
 
 namespace {
 
 constexpr int64_t kBatch = 4;
 constexpr int64_t kSeed = 5;
 constexpr int64_t kEpoch = 2;
-
-Value through_pt(const Value& state) { return pt::load_bytes(pt::save_bytes(state)); }
 
 /// "test_random_draws" (faults_test.cpp): sample i = (float64[4] drawn at random, i).
 std::shared_ptr<Dataset> draws(int64_t n) { return make_dataset({"test_random_draws", Value::dict({{"n", n}})}); }

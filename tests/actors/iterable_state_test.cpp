@@ -21,9 +21,13 @@
 #include "loader/serialization/pt.h"
 #include "loader/warnings.h"
 #include "loader/worker_info.h"
+#include "checkpoint_util.h"
 #include "process_leaks.h"
 
 using namespace loader;
+using loader::testing::bytes_of;
+using loader::testing::epoch_bytes;
+using loader::testing::through_pt;
 
 namespace {
 
@@ -138,26 +142,6 @@ DataLoaderOptions options_of(const Config& c) {
   o.timeout = 60;
   return o;
 }
-
-std::string bytes_of(const Value& batch) {
-  const Tensor& v = batch[0].to_tensor();
-  const Tensor& x = batch[1].to_tensor();
-  return std::string(static_cast<const char*>(v.data_ptr()), v.nbytes()) +
-         std::string(static_cast<const char*>(x.data_ptr()), x.nbytes());
-}
-
-std::vector<std::string> epoch_bytes(DataLoader::Iterator& it) {
-  std::vector<std::string> out;
-  while (auto b = it.next()) out.push_back(bytes_of(*b));
-  return out;
-}
-
-std::vector<std::string> epoch_bytes(DataLoader& dl) {
-  auto it = dl.iter();
-  return epoch_bytes(it);
-}
-
-Value through_pt(const Value& state) { return pt::load_bytes(pt::save_bytes(state)); }
 
 std::string error_of(const std::function<void()>& f) {
   try {

@@ -15,9 +15,13 @@
 #include "loader/error.h"
 #include "loader/generator.h"
 #include "loader/serialization/pt.h"
+#include "checkpoint_util.h"
 #include "process_leaks.h"
 
 using namespace loader;
+using loader::testing::bytes_of;
+using loader::testing::epoch_bytes;
+using loader::testing::through_pt;
 
 namespace {
 
@@ -38,23 +42,6 @@ DataLoaderOptions per_task(int workers, WorkerSeeding seeding = WorkerSeeding::P
   o.timeout = 60;
   return o;
 }
-
-/// A batch as bytes: the drawn values and the indices.
-std::string bytes_of(const Value& batch) {
-  const Tensor& x = batch[0].to_tensor();
-  const Tensor& i = batch[1].to_tensor();
-  return std::string(static_cast<const char*>(x.data_ptr()), x.nbytes()) +
-         std::string(static_cast<const char*>(i.data_ptr()), i.nbytes());
-}
-
-std::vector<std::string> epoch_bytes(DataLoader& dl) {
-  std::vector<std::string> out;
-  auto it = dl.iter();
-  while (auto b = it.next()) out.push_back(bytes_of(*b));
-  return out;
-}
-
-Value through_pt(const Value& state) { return pt::load_bytes(pt::save_bytes(state)); }
 
 std::string error_of(const std::function<void()>& f) {
   try {
