@@ -426,6 +426,12 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
     resume.worker_rng = plan->worker_rng;
   } else if (plan && plan->pool_alive) {
     resume.worker_rng = plan->worker_rng;  // persistent workers' streams go on
+  } else if (plan && s.options.persistent_workers && s.options.num_workers > 0) {
+    // A state taken while no persistent pool ran (before the loader's first epoch):
+    // the next epoch's workers start as their Init leaves them, as they did then.  A
+    // pool running now (its streams moved on by the epochs since, maybe in the middle
+    // of a live iterator's epoch) is replaced (MultiProcessEpoch: fresh_workers()).
+    resume.worker_rng.assign(static_cast<size_t>(s.options.num_workers), std::nullopt);
   }
   if (s.iterable && s.options.num_workers > 0) {
     if (!resume.worker_rng.empty()) {

@@ -387,6 +387,62 @@ INSTANTIATE_TEST_SUITE_P(
                       Config{"TwoPersistentInProcessOwnGenerator", 2, true, 0, true, WorkerMode::InProcess}),
     [](const ::testing::TestParamInfo<Config>& i) { return std::string(i.param.name); });
 
+// torchdata's test_initial_state: a state taken before any epoch, loaded while the loader
+// has a live iterator in the middle of an epoch (its persistent workers running that epoch's
+// tasks), makes the next iter() start from the loaded state: the epochs that follow are
+// the first two epochs of an uninterrupted run, byte for byte (the samples draw random
+// numbers in the workers).  The live iterator is left alone until the end.
+struct InitialStateConfig {
+  const char* name;
+  int workers;
+  bool persistent;
+};
+std::ostream& operator<<(std::ostream& os, const InitialStateConfig& c) { return os << c.name; }
+class InitialState : public ::testing::TestWithParam<InitialStateConfig> {};
+
+TEST_P(InitialState, AStateFromBeforeTheFirstEpochLoadedIntoALoaderMidEpochReplaysTheFirstEpochs) {
+  const InitialStateConfig c = GetParam();
+  loader::testing::LeakCheck leaks;
+  const int64_t n = 100;  // 25 batches of 4
+  std::vector<std::string> epoch1, epoch2;
+  {
+    manual_seed(11);
+    DataLoader dl(random_draws(n), shuffled(c.workers, c.persistent));
+    epoch1 = epoch_bytes(dl);
+    epoch2 = epoch_bytes(dl);
+  }
+  ASSERT_EQ(epoch1.size(), 25u);
+  ASSERT_FALSE(epoch1 == epoch2);
+  {
+    manual_seed(11);
+    DataLoader dl(random_draws(n), shuffled(c.workers, c.persistent));
+    const Value state = through_pt(dl.state_dict());
+    expect_next_epoch(epoch_bytes(dl), epoch1);
+    auto live = dl.iter();  // epoch 2, two batches taken, left alive
+    ASSERT_TRUE(bytes_of(*live.next()) == epoch2[0]);
+    ASSERT_TRUE(bytes_of(*live.next()) == epoch2[1]);
+    dl.load_state_dict(state);
+    {
+      SCOPED_TRACE("the first epoch after the load");
+      expect_next_epoch(epoch_bytes(dl), epoch1);
+    }
+    {
+      SCOPED_TRACE("the second epoch after the load");
+      expect_next_epoch(epoch_bytes(dl), epoch2);
+    }
+  }
+  EXPECT_EQ(leaks.new_segments(), "");
+  EXPECT_EQ(leaks.new_children(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, InitialState,
+    ::testing::Values(InitialStateConfig{"NoWorkers", 0, false}, InitialStateConfig{"TwoWorkers", 2, false},
+                      InitialStateConfig{"TwoPersistentWorkers", 2, true},
+                      InitialStateConfig{"FourWorkers", 4, false},
+                      InitialStateConfig{"FourPersistentWorkers", 4, true}),
+    [](const ::testing::TestParamInfo<InitialStateConfig>& i) { return std::string(i.param.name); });
+
 /// options_of(c) for an IterableDataset: no shuffle.
 DataLoaderOptions streamed(const Config& c) {
   DataLoaderOptions o = options_of(c);
