@@ -33,15 +33,50 @@ RuntimeConfig::RuntimeConfig() {
 }
 
 namespace {
+using StealingCoordinator = caf::scheduler::coordinator<caf::policy::work_stealing>;
+
+/// The clock thread of CAF's coordinator is a private member; the guarded scheduler must
+/// join it when the coordinator's start failed after starting it.  Naming a private
+/// member in an explicit instantiation is allowed ([temp.spec]/6), and this is the one
+/// place that does: ClockThread{} yields &coordinator::timer_.
+struct ClockThread {
+  using type = std::thread StealingCoordinator::*;
+  friend type member_of(ClockThread);
+};
+template <typename Tag, typename Tag::type Member>
+struct ExposeMember {
+  friend typename Tag::type member_of(Tag) { return Member; }
+};
+template struct ExposeMember<ClockThread, &StealingCoordinator::timer_>;
+
+/// A job that ends the scheduler worker that runs it (CAF's own shutdown job, as in
+/// coordinator::stop()).  Its reference count is kept above zero by its owner's
+/// intrusive_ptr: the workers release nothing they did not take.
+class EndWorker final : public caf::resumable, public caf::ref_counted {
+ public:
+  resume_result resume(caf::execution_unit*, size_t) override { return resumable::shutdown_execution_unit; }
+  void intrusive_ptr_add_ref_impl() override { intrusive_ptr_add_ref(this); }
+  void intrusive_ptr_release_impl() override { intrusive_ptr_release(this); }
+};
+
 /// CAF's default scheduler, loaded in its place (guard_scheduler_start).  start() runs
 /// in caf::actor_system's constructor, on the thread building the system: it starts
 /// the scheduler's worker threads, its clock thread and the printer actor's thread
 /// (detached), and the first of these that cannot be created throws.  Caught here, the
 /// exception never unwinds the system's constructor (which CAF cannot survive); the
 /// threads not started yet are never started, and failure() says what failed.
-class GuardedScheduler final : public caf::scheduler::coordinator<caf::policy::work_stealing> {
+///
+/// The threads that did start are ended and joined before start() returns: a
+/// half-started system whose threads ran on was a crash waiting for the process's exit
+/// (a thread that began after start() returned read its system's configuration,
+/// cfg.thread_hooks_ in actor_system::thread_started(), after the program had destroyed
+/// it: SIGSEGV in about 1 run in 10 of `loader_test_address_space system` at pids.max
+/// 2 to 4, seen in a core dump).  Such a system runs nothing, holds no thread, and is
+/// left undestroyed (start_actor_system): its destructor would wait for threads that
+/// never ran.
+class GuardedScheduler final : public StealingCoordinator {
  public:
-  using coordinator::coordinator;
+  using StealingCoordinator::StealingCoordinator;
   static caf::actor_system::module* make(caf::actor_system& sys, caf::detail::type_list<>) {
     return new GuardedScheduler(sys);
   }
@@ -51,16 +86,42 @@ class GuardedScheduler final : public caf::scheduler::coordinator<caf::policy::w
  protected:
   void start() override {
     try {
-      coordinator::start();
+      StealingCoordinator::start();
     } catch (const std::system_error& e) {
       failure_ = "a thread of its scheduler could not be created (" + std::string(e.what()) +
                  (e.code() == std::errc::resource_unavailable_try_again ? thread_limits_text() : std::string()) + ")";
     } catch (const std::exception& e) {
       failure_ = "its scheduler could not start (" + std::string(e.what()) + ")";
     }
+    if (!failure_.empty()) end_started_threads();
   }
 
  private:
+  /// Called by start(), on the thread building the system, after a thread could not be
+  /// created: ends and joins the worker threads and the clock thread that were created.
+  /// No actor ran yet, so their queues hold nothing but the EndWorker jobs sent here.
+  /// (A failed printer thread leaves the printer actor unstarted and holding nothing.)
+  void end_started_threads() {
+    std::vector<caf::scheduler::worker<caf::policy::work_stealing>*> running;
+    for (size_t i = 0; i < num_workers(); ++i) {
+      auto* w = worker_by_id(i);
+      if (w && w->get_thread().joinable()) running.push_back(w);
+    }
+    // One job per running worker, each ends the worker that takes it: a job stolen by
+    // another running worker ends that one, and the one it was meant for takes another.
+    std::vector<caf::intrusive_ptr<EndWorker>> jobs;
+    for (auto* w : running) {
+      jobs.emplace_back(caf::make_counted<EndWorker>());
+      w->external_enqueue(jobs.back().get());
+    }
+    for (auto* w : running) w->get_thread().join();
+    std::thread& clock_thread = this->*member_of(ClockThread{});
+    if (clock_thread.joinable()) {
+      clock().cancel_dispatch_loop();
+      clock_thread.join();
+    }
+  }
+
   std::string failure_;
 };
 
@@ -184,8 +245,8 @@ std::unique_ptr<caf::actor_system> start_actor_system(caf::actor_system_config& 
   if (sched == nullptr || sched->failure().empty()) return sys;
   const std::string failure = sched->failure();
   // Left undestroyed: stopping the scheduler waits for every worker thread it has, and
-  // the ones it could not create never answer.  Those it did create keep polling
-  // their empty queues until the process ends.
+  // the ones it could not create never answer.  Those it did create were ended and
+  // joined by the scheduler's start(): nothing of this system runs any more.
   (void)sys.release();
   throw RuntimeError(failure);
 }
