@@ -31,7 +31,7 @@ if [ -z "$log" ]; then
 fi
 
 scripts/setup.sh
-BUILD_DIR="$BUILD_DIR" scripts/build.sh
+BUILD_DIR="$BUILD_DIR" scripts/build.sh fashion_mnist_train
 "$BUILD_DIR/demos/fashion_mnist_train" --epochs 15 --workers 2 --out "$out" "${log_args[@]}" "$@"
 echo "checkpoint written to $(realpath "$out")"
 if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then

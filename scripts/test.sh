@@ -44,6 +44,11 @@ if [ -n "${LOADER_SANITIZE:-}" ]; then
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp:log_path=$tsan_reports/tsan}
   fi
 fi
+# The benchmark programs of bench/ are no test's: they are left out here (a plain
+# `scripts/build.sh` or `cmake --build build` builds them), and debug information is line
+# tables only (-g1); the test sources themselves are built -Og -g1 (LOADER_FAST_TEST_BUILD).
+# docs/build.md has the figures.
+export CMAKE_ARGS="-DLOADER_BUILD_BENCH=OFF -DLOADER_LINE_TABLES_ONLY=ON ${CMAKE_ARGS:-}"
 scripts/build.sh
 rc=0
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j"$(nproc)" --timeout 300 || rc=$?

@@ -1233,6 +1233,10 @@ TEST(WorkerDeath, PerTaskSeedingRestartGivesTheBatchesOfNoWorkers) {
 }
 
 /// Runs `argv` with stdout+stderr into a string; waits at most `seconds`.
+/// "LOADER_TEST_RUN=<this process's pid>": the environment entry run_program gives the
+/// programs it starts.
+std::string test_run_marker() { return "LOADER_TEST_RUN=" + std::to_string(getpid()); }
+
 std::pair<int, std::string> run_program(std::vector<std::string> args, int seconds) {
   char path[] = "/tmp/loader_test_outXXXXXX";
   int fd = mkstemp(path);
@@ -1243,8 +1247,18 @@ std::pair<int, std::string> run_program(std::vector<std::string> args, int secon
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // Marked with this test process's pid, so that processes_running() counts what this
+  // test started (and the workers those started: they inherit the environment), not
+  // the same program started meanwhile by a test in another process (ctest -j2).
+  std::vector<std::string> env_store;
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "LOADER_TEST_RUN=", 16) != 0) env_store.emplace_back(*e);
+  env_store.push_back(test_run_marker());
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), environ);
+  int rc = posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   close(fd);
   if (rc != 0) return {-1, "posix_spawn failed"};
@@ -1265,15 +1279,19 @@ std::pair<int, std::string> run_program(std::vector<std::string> args, int secon
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
-/// How many processes run the program `exe` (by /proc/N/exe).
+/// How many processes run the program `exe` (by /proc/N/exe) that run_program started
+/// from this process, or that those started (by the marker in /proc/N/environ).
 int processes_running(const std::string& exe) {
   int count = 0;
+  const std::string marker = test_run_marker();
   if (DIR* d = opendir("/proc")) {
     while (dirent* e = readdir(d)) {
-      const std::string link = "/proc/" + std::string(e->d_name) + "/exe";
+      const std::string dir = "/proc/" + std::string(e->d_name);
       char target[512];
-      const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
-      if (n > 0 && std::string(target, static_cast<size_t>(n)) == exe) ++count;
+      const ssize_t n = readlink((dir + "/exe").c_str(), target, sizeof target - 1);
+      if (n <= 0 || std::string(target, static_cast<size_t>(n)) != exe) continue;
+      const std::string env = loader::testing::read_file(dir + "/environ");
+      if (env.find(marker + '\0') != std::string::npos) ++count;
     }
     closedir(d);
   }

@@ -8,7 +8,12 @@
 #include <ATen/Context.h>
 #include <ATen/DLConvertor.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cstdio>
 #include <cstdlib>
