@@ -81,7 +81,8 @@ std::vector<std::string> find_classes(const std::string& directory);
 /// that are accepted by `extensions` (when given) or by `is_valid_file` (exactly one of
 /// the two).  FileNotFoundError with torchvision's message for classes without any file:
 /// "Found no valid file for the classes X, Y. Supported extensions are: .jpg, ...".
-/// A directory reached twice through symbolic links (a loop) is walked once.
+/// One difference: a symbolic link to a directory the walk is inside already (a loop) is
+/// not entered again (os.walk enters it until the kernel refuses the path, ELOOP).
 std::vector<Sample> make_dataset(const std::string& directory, const std::map<std::string, int64_t>& class_to_idx,
                                  const std::optional<std::vector<std::string>>& extensions,
                                  const std::function<bool(const std::string&)>& is_valid_file = nullptr);

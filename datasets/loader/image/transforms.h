@@ -118,7 +118,7 @@ struct TransformStep {
   /// (truncated, as torchvision's int(size * long / short)).
   static TransformStep resize(int64_t smaller_edge, int64_t max_size = 0);
   /// Resize((height, width)).
-  static TransformStep resize(int64_t height, int64_t width);
+  static TransformStep resize_to(int64_t height, int64_t width);
   static TransformStep center_crop(int64_t size) { return center_crop(size, size); }
   static TransformStep center_crop(int64_t height, int64_t width);
   static TransformStep random_horizontal_flip(double p = 0.5);
@@ -153,6 +153,10 @@ CropBox random_resized_crop_params(int64_t height, int64_t width, const std::arr
 bool random_flip_draw(double p, Generator& g);
 /// torch.empty(1).uniform_(from, to).item() (a float32 value).
 float uniform_float(double from, double to, Generator& g);
+/// torch.log / torch.exp of a float32 tensor as torch 1.13 computes them on x86-64 with its
+/// AVX2 kernels: SLEEF's logf_u10 / expf_u10 (within 1 ulp, not always glibc's logf / expf).
+float torch_log_float(float x);
+float torch_exp_float(float x);
 
 /// Pillow 9.4's image.crop(box).resize((out_width, out_height), BILINEAR): the box must lie
 /// inside the image.  Exact (tests compare it with PIL).
