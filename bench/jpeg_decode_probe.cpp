@@ -11,6 +11,14 @@
 // MB_per_s (JPEG bytes decoded per second, 1e6 bytes) and Mpix_per_s, each the median over
 // --passes passes over all files (the passes' figures too), and the best pass.  Threads
 // take files from a shared counter, each decoding into a buffer of its own, reused.
+//
+// --pipeline train|eval: then, on one thread, where the time of loader's image pipeline
+// goes per file (what a W5 worker does for each sample): read_ms (loader::image::read_file,
+// from the page cache), decode_ms (loader::image::decode, RGB, full size), transform_ms
+// (the preset Compose's apply_into into a float32 [3, 224, 224] row: crop + resize +
+// flip + ToTensor + Normalize in its fused passes), and scaled_load_ms (the same decode
+// and transform with decode_scaling, one call, as the dataset makes it), each the median
+// over --passes of the mean per file.  One JSON line {"probe": "pipeline", ...}.
 // Exit status 2 for bad arguments, 1 when a file cannot be read or decoded.
 #include <turbojpeg.h>
 
@@ -31,6 +39,10 @@
 #include <thread>
 #include <vector>
 
+#include "loader/generator.h"
+#include "loader/image/decode.h"
+#include "loader/image/transforms.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -42,11 +54,13 @@ struct Usage : std::runtime_error {
 };
 
 const char* kUsage =
-    "usage: jpeg_decode_probe --root DIR [--threads 1,2] [--passes P] [--limit N]\n"
+    "usage: jpeg_decode_probe --root DIR [--threads 1,2] [--passes P] [--limit N] [--pipeline train|eval]\n"
     "  --root DIR     a folder of JPEG files (*.JPEG, *.jpg, *.jpeg, in sub-folders too: an ImageFolder)\n"
     "  --threads LIST thread counts to measure (default 1 up to the number of CPUs)\n"
     "  --passes P     passes over all files per thread count; the median counts (default 3)\n"
-    "  --limit N      only the first N files in sorted order (default all)\n";
+    "  --limit N      only the first N files in sorted order (default all)\n"
+    "  --pipeline T   also time loader's read / decode / transform per file (one thread) with the\n"
+    "                 preset transform T (train or eval)\n";
 
 int64_t parse_int(const std::string& flag, const std::string& text, int64_t lo) {
   char* end = nullptr;
@@ -118,10 +132,68 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+/// --pipeline: loader's per-file steps on one thread (see the top of the file).
+void time_pipeline(const std::vector<fs::path>& paths, const std::vector<File>& files, const std::string& preset,
+                   int64_t passes) {
+  namespace img = loader::image;
+  const img::Compose compose = img::Compose::preset(preset, 224);
+  const loader::Dims shape = *compose.fixed_output_shape(3);
+  std::vector<float> out(static_cast<size_t>(shape[0] * shape[1] * shape[2]));
+  loader::Generator g(0);
+  img::LoadOptions scaled;
+  scaled.decode_scaling = true;
+  std::vector<double> read_ms, decode_ms, transform_ms, scaled_ms;
+  const double n = static_cast<double>(files.size());
+  for (int64_t p = 0; p < passes; ++p) {
+    double r = 0, d = 0, t = 0, sc = 0;
+    for (size_t i = 0; i < files.size(); ++i) {
+      auto t0 = Clock::now();
+      const std::string bytes = img::read_file(paths[i].string());
+      r += ms_since(t0);
+      const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+      t0 = Clock::now();
+      const img::Image image = img::decode(data, bytes.size(), {}, paths[i].string());
+      d += ms_since(t0);
+      t0 = Clock::now();
+      compose.apply_into(image, g, out.data());
+      t += ms_since(t0);
+      t0 = Clock::now();
+      compose.load_into(data, bytes.size(), scaled, g, paths[i].string(), out.data(), shape);
+      sc += ms_since(t0);
+    }
+    read_ms.push_back(r / n);
+    decode_ms.push_back(d / n);
+    transform_ms.push_back(t / n);
+    scaled_ms.push_back(sc / n);
+  }
+  const double r = median(read_ms), d = median(decode_ms), t = median(transform_ms), sc = median(scaled_ms);
+  nlohmann::ordered_json j;
+  j["probe"] = "pipeline";
+  j["transform"] = preset;
+  j["threads"] = 1;
+  j["files"] = files.size();
+  j["passes"] = passes;
+  j["read_ms"] = r;
+  j["decode_ms"] = d;
+  j["transform_ms"] = t;
+  j["total_ms"] = r + d + t;
+  j["images_per_s"] = 1000.0 / (r + d + t);
+  j["scaled_load_ms"] = sc;
+  j["scaled_images_per_s"] = 1000.0 / (r + sc);
+  std::cout << j.dump() << std::endl;
+  std::fprintf(stderr,
+               "[jpeg_decode_probe] pipeline %s, 1 thread: read %.3f ms + decode %.3f ms + transform %.3f ms per file "
+               "(%.0f images/s); with decode_scaling, decode + transform %.3f ms\n",
+               preset.c_str(), r, d, t, 1000.0 / (r + d + t), sc);
+}
+
 int run(int argc, char** argv) {
   std::string root;
   std::vector<int> threads;
   int64_t passes = 3, limit = 0;
+  std::string pipeline;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -137,6 +209,10 @@ int run(int argc, char** argv) {
       while (std::getline(ss, item, ',')) threads.push_back(static_cast<int>(parse_int(a, item, 1)));
     } else if (a == "--passes") passes = parse_int(a, v, 1);
     else if (a == "--limit") limit = parse_int(a, v, 1);
+    else if (a == "--pipeline") {
+      if (v != "train" && v != "eval") throw Usage("--pipeline must be train or eval, got '" + v + "'");
+      pipeline = v;
+    }
     else throw Usage("unknown option " + a);
   }
   if (root.empty()) throw Usage("--root is required");
@@ -199,6 +275,7 @@ int run(int argc, char** argv) {
                  t, t == 1 ? "" : "s", n / s, static_cast<double>(bytes) / s / 1e6, files.size(),
                  static_cast<long long>(passes));
   }
+  if (!pipeline.empty()) time_pipeline(paths, files, pipeline, passes);
   return 0;
 }
 
