@@ -185,6 +185,7 @@ struct Coeffs {
   std::vector<int32_t> first;  // per output: first source pixel (relative to Axis::lo)
   std::vector<int32_t> count;  // per output: taps used
   std::vector<int32_t> k;      // per output: ksize fixed-point weights
+  bool uniform = false;        // every count is ksize
 };
 
 Coeffs precompute(const Axis& a) {
@@ -228,28 +229,73 @@ Coeffs precompute(const Axis& a) {
     c.first[static_cast<size_t>(o)] = static_cast<int32_t>(xmin);
     c.count[static_cast<size_t>(o)] = static_cast<int32_t>(xmax);
   }
+  // Every output with ksize taps (zero weights added; integer sums are exact, so nothing
+  // changes): the passes then run a loop of fixed length.  Near the far edge the window
+  // moves back so that it stays inside the source.
+  if (a.size >= c.ksize) {
+    for (int64_t o = 0; o < n; ++o) {
+      int32_t& first = c.first[static_cast<size_t>(o)];
+      int32_t& count = c.count[static_cast<size_t>(o)];
+      int32_t* k = &c.k[static_cast<size_t>(o * c.ksize)];
+      const int32_t shift = std::max<int32_t>(0, first + c.ksize - static_cast<int32_t>(a.size));
+      if (shift > 0) {
+        for (int j = c.ksize - 1; j >= 0; --j) k[j] = j >= shift ? k[j - shift] : 0;
+        first -= shift;
+      }
+      count = c.ksize;
+    }
+    c.uniform = true;
+  }
   return c;
 }
 
 // Horizontal pass: rows [0, rows) of `src` (row stride in bytes), outputs of `c` in each.
-template <int C>
-void horizontal(const uint8_t* src, int64_t src_stride, int64_t rows, const Coeffs& c, uint8_t* dst,
-                int64_t dst_stride) {
+// K > 0: every output has K taps (Coeffs::uniform), a loop the compiler unrolls.
+template <int C, int K>
+void horizontal_k(const uint8_t* src, int64_t src_stride, int64_t rows, const Coeffs& c, uint8_t* dst,
+                  int64_t dst_stride) {
   const int64_t n = static_cast<int64_t>(c.first.size());
+  const int ksize = c.ksize;
   for (int64_t y = 0; y < rows; ++y) {
     const uint8_t* in = src + y * src_stride;
     uint8_t* out = dst + y * dst_stride;
     for (int64_t o = 0; o < n; ++o) {
-      const int32_t* k = &c.k[static_cast<size_t>(o * c.ksize)];
-      const uint8_t* p = in + static_cast<int64_t>(c.first[static_cast<size_t>(o)]) * C;
-      const int cnt = c.count[static_cast<size_t>(o)];
-      int32_t ss[C];
-      for (int ch = 0; ch < C; ++ch) ss[ch] = 1 << (kPrecisionBits - 1);
-      for (int x = 0; x < cnt; ++x)
-        for (int ch = 0; ch < C; ++ch) ss[ch] += static_cast<int32_t>(p[x * C + ch]) * k[x];
-      for (int ch = 0; ch < C; ++ch) out[o * C + ch] = clip8(ss[ch]);
+      const int32_t* __restrict k = &c.k[static_cast<size_t>(o * ksize)];
+      const uint8_t* __restrict p = in + static_cast<int64_t>(c.first[static_cast<size_t>(o)]) * C;
+      const int cnt = K > 0 ? K : c.count[static_cast<size_t>(o)];
+      if constexpr (C == 3) {
+        int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+        for (int x = 0; x < cnt; ++x) {
+          const int32_t w = k[x];
+          s0 += static_cast<int32_t>(p[3 * x]) * w;
+          s1 += static_cast<int32_t>(p[3 * x + 1]) * w;
+          s2 += static_cast<int32_t>(p[3 * x + 2]) * w;
+        }
+        out[o * 3] = clip8(s0);
+        out[o * 3 + 1] = clip8(s1);
+        out[o * 3 + 2] = clip8(s2);
+      } else {
+        int32_t s0 = 1 << (kPrecisionBits - 1);
+        for (int x = 0; x < cnt; ++x) s0 += static_cast<int32_t>(p[x]) * k[x];
+        out[o] = clip8(s0);
+      }
     }
   }
+}
+
+template <int C>
+void horizontal(const uint8_t* src, int64_t src_stride, int64_t rows, const Coeffs& c, uint8_t* dst,
+                int64_t dst_stride) {
+  if (c.uniform) {
+    switch (c.ksize) {
+      case 3: return horizontal_k<C, 3>(src, src_stride, rows, c, dst, dst_stride);
+      case 5: return horizontal_k<C, 5>(src, src_stride, rows, c, dst, dst_stride);
+      case 7: return horizontal_k<C, 7>(src, src_stride, rows, c, dst, dst_stride);
+      case 9: return horizontal_k<C, 9>(src, src_stride, rows, c, dst, dst_stride);
+      default: break;
+    }
+  }
+  horizontal_k<C, 0>(src, src_stride, rows, c, dst, dst_stride);
 }
 
 // Vertical pass: each output row of `c` from the rows of `src` (row 0 = source row
