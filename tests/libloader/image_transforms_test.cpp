@@ -258,6 +258,103 @@ TEST(ImageTransforms, DescriptionsRoundTrip) {
   }
 }
 
+// The fused plan against the steps run one by one (crop copies, resize_bilinear, mirror),
+// for random chains of geometric steps in any order: crops of resizes, resizes of flipped
+// images, centre crops larger than the image, repeated resizes.
+namespace naive {
+
+Image crop(const Image& img, int64_t top, int64_t left, int64_t h, int64_t w) {
+  Image out(h, w, img.channels);
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x)
+      for (int64_t c = 0; c < img.channels; ++c) {
+        const int64_t sy = top + y, sx = left + x;
+        const bool in = sy >= 0 && sy < img.height && sx >= 0 && sx < img.width;
+        out.data()[(y * w + x) * img.channels + c] = in ? img.data()[(sy * img.width + sx) * img.channels + c] : 0;
+      }
+  return out;
+}
+Image mirror(const Image& img) {
+  Image out(img.height, img.width, img.channels);
+  for (int64_t y = 0; y < img.height; ++y)
+    for (int64_t x = 0; x < img.width; ++x)
+      for (int64_t c = 0; c < img.channels; ++c)
+        out.data()[(y * img.width + x) * img.channels + c] =
+            img.data()[(y * img.width + (img.width - 1 - x)) * img.channels + c];
+  return out;
+}
+Image resize(const Image& img, int64_t h, int64_t w) {
+  if (h == img.height && w == img.width) return img;
+  return loader::image::resize_bilinear(img, h, w);
+}
+int64_t round_half_even(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
+
+Image run(Image img, const std::vector<TransformStep>& steps, loader::Generator& g) {
+  using K = TransformStep::Kind;
+  for (const auto& s : steps) {
+    if (s.kind == K::RandomResizedCrop) {
+      const CropBox b = loader::image::random_resized_crop_params(img.height, img.width, s.scale, s.ratio, g);
+      img = resize(crop(img, b.top, b.left, b.height, b.width), s.size[0], s.size[1]);
+    } else if (s.kind == K::Resize) {
+      const loader::Dims d = Compose({s}).output_shape(img.height, img.width, img.channels);
+      img = resize(img, d[1], d[2]);
+    } else if (s.kind == K::CenterCrop) {
+      int64_t ch = s.size[0], cw = s.size[1], h = img.height, w = img.width;
+      int64_t pt = 0, pl = 0;
+      if (ch > h || cw > w) {  // torchvision pads with zeros first
+        pl = cw > w ? (cw - w) / 2 : 0;
+        pt = ch > h ? (ch - h) / 2 : 0;
+        const int64_t pr = cw > w ? (cw - w + 1) / 2 : 0, pb = ch > h ? (ch - h + 1) / 2 : 0;
+        img = crop(img, -pt, -pl, h + pt + pb, w + pl + pr);
+        h = img.height;
+        w = img.width;
+        if (ch == h && cw == w) continue;
+      }
+      img = crop(img, round_half_even((h - ch) / 2.0), round_half_even((w - cw) / 2.0), ch, cw);
+    } else if (s.kind == K::RandomHorizontalFlip) {
+      if (loader::image::random_flip_draw(s.p, g)) img = mirror(img);
+    }
+  }
+  return img;
+}
+
+}  // namespace naive
+
+TEST(ImageTransforms, FusedPlanEqualsStepByStep) {
+  for (ColorMode mode : {ColorMode::RGB, ColorMode::L}) {
+    const Image src = decode_golden("rgb420_big.jpg", mode);  // 97 x 61
+    uint32_t state = 2024;
+    auto next = [&](uint32_t n) {
+      state = state * 1664525u + 1013904223u;
+      return static_cast<int64_t>((state >> 8) % n);
+    };
+    for (int trial = 0; trial < 150; ++trial) {
+      std::vector<TransformStep> steps;
+      const int64_t count = 1 + next(4);
+      for (int64_t k = 0; k < count; ++k) {
+        switch (next(6)) {
+          case 0: steps.push_back(TransformStep::random_resized_crop(4 + next(40), 4 + next(40))); break;
+          case 1: steps.push_back(TransformStep::resize(3 + next(80))); break;
+          case 2: steps.push_back(TransformStep::resize_to(3 + next(70), 3 + next(120))); break;
+          case 3: steps.push_back(TransformStep::center_crop(2 + next(90), 2 + next(120))); break;
+          default: steps.push_back(TransformStep::random_horizontal_flip(next(2) ? 0.5 : 1.0)); break;
+        }
+      }
+      std::string desc;
+      for (const auto& s : steps) desc += s.to_value().repr() + " ";
+      SCOPED_TRACE(std::string(loader::image::mode_name(mode)) + " trial " + std::to_string(trial) + ": " + desc);
+      loader::Generator g1(static_cast<uint64_t>(trial)), g2(static_cast<uint64_t>(trial));
+      const Image want = naive::run(src, steps, g1);
+      auto with_tensor = steps;
+      with_tensor.push_back(TransformStep::pil_to_tensor());
+      const loader::Tensor got = Compose(with_tensor)(src, g2);
+      ASSERT_EQ(got.sizes(), (loader::Dims{want.channels, want.height, want.width}));
+      EXPECT_EQ(chw_to_hwc(got), std::vector<uint8_t>(want.data(), want.data() + want.bytes()));
+      EXPECT_EQ(g1.random(), g2.random());  // the same draws
+    }
+  }
+}
+
 // decode_scaling: the same draws as full decoding, the JPEG decoded smaller, and pixels
 // close to the exact ones (docs/api.md gives the figures measured on larger images).
 TEST(ImageTransforms, DecodeScalingKeepsTheDrawsAndStaysClose) {

@@ -710,6 +710,16 @@ struct Planner {
   int64_t w() const { return stages.back().window.width; }
 
   void crop(CropBox b) {
+    // A box reaching past the current image reads zeros there (torchvision pads): it can be
+    // folded into the stage only while the stage's output is its whole input (or its whole
+    // resize); otherwise it would read pixels an earlier crop cut away.
+    const bool inside = b.top >= 0 && b.left >= 0 && b.top + b.height <= h() && b.left + b.width <= w();
+    if (!inside) {
+      const Stage& c = stages.back();
+      const bool whole = c.resize ? (c.window == CropBox{0, 0, c.out_h, c.out_w})
+                                  : (c.region == CropBox{0, 0, c.in_h, c.in_w});
+      if (!whole) stages.push_back(fresh_stage(h(), w()));
+    }
     Stage& s = stages.back();
     if (s.flip) b.left = s.window.width - b.left - b.width;
     if (!s.resize) {
