@@ -258,42 +258,67 @@ TEST_F(ImageFolderFiles, RegisteredNamesAndHandles) {
   }
 }
 
-TEST_F(ImageFolderFiles, WorkerProcessesDeliverTheSameBatches) {
-  // eval draws nothing: the batches of 2 worker processes equal those of the main process.
-  // train draws from each worker's generator (seeded base_seed + worker id, as torch's):
-  // the same seed gives the same batches again.
-  for (const char* preset : {"eval", "train"}) {
-    SCOPED_TRACE(preset);
-    auto ds = loader::make_dataset(
-        {"image_folder", loader::Value::dict({{"root", root_}, {"transform", preset}, {"size", 16}})});
-    auto batches = [&](int workers) {
-      loader::DataLoaderOptions opt;
-      opt.batch_size = 3;
-      opt.num_workers = workers;
-      opt.sampler = std::make_shared<loader::RandomSampler>(ds, std::make_shared<loader::Generator>(7));
-      opt.generator = std::make_shared<loader::Generator>(5);
-      loader::DataLoader dl(ds, opt);
-      std::vector<loader::Value> out;
-      for (loader::Value& b : dl) out.push_back(b.map_tensors([](const loader::Tensor& t) { return t.clone(); }));
-      return out;
-    };
-    const auto two = batches(2);
-    const auto again = batches(2);
-    ASSERT_EQ(two.size(), 3u);
-    ASSERT_EQ(again.size(), two.size());
-    for (size_t i = 0; i < two.size(); ++i) {
-      EXPECT_EQ(two[i][0].to_tensor().sizes(), (loader::Dims{i < 2 ? 3 : 2, 3, 16, 16}));
-      EXPECT_TRUE(two[i][0].to_tensor().bitwise_equal(again[i][0].to_tensor())) << "batch " << i;
+// Batches from 2 worker processes (datasets rebuilt from the handle):
+//   eval draws nothing: they equal the batches of the main process;
+//   train, PyTorch's per-worker seeding: worker w draws from a generator seeded base_seed + w
+//     (base_seed the loader generator's first int64), running on across the batches it gets
+//     round-robin: the batches equal those rebuilt so in-process;
+//   train, per-task seeding: they equal the batches of the main process.
+TEST_F(ImageFolderFiles, WorkerProcessesDeliverTheBatchesTorchWould) {
+  auto batches = [&](const std::shared_ptr<loader::Dataset>& ds, int workers, loader::WorkerSeeding seeding) {
+    loader::DataLoaderOptions opt;
+    opt.batch_size = 3;
+    opt.num_workers = workers;
+    opt.sampler = std::make_shared<loader::RandomSampler>(ds, std::make_shared<loader::Generator>(7));
+    opt.generator = std::make_shared<loader::Generator>(5);
+    opt.worker_seeding = seeding;
+    loader::DataLoader dl(ds, opt);
+    std::vector<loader::Value> out;
+    for (loader::Value& b : dl) out.push_back(b.map_tensors([](const loader::Tensor& t) { return t.clone(); }));
+    return out;
+  };
+  auto same = [](const std::vector<loader::Value>& a, const std::vector<loader::Value>& b) {
+    ASSERT_EQ(a.size(), 3u);
+    ASSERT_EQ(b.size(), a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i][0].to_tensor().sizes(), (loader::Dims{i < 2 ? 3 : 2, 3, 16, 16}));
+      EXPECT_TRUE(a[i][0].to_tensor().bitwise_equal(b[i][0].to_tensor())) << "batch " << i;
+      EXPECT_TRUE(a[i][1].to_tensor().bitwise_equal(b[i][1].to_tensor())) << "batch " << i;
     }
-    if (std::string(preset) == "eval") {
-      const auto zero = batches(0);
-      ASSERT_EQ(zero.size(), two.size());
-      for (size_t i = 0; i < two.size(); ++i) {
-        EXPECT_TRUE(two[i][0].to_tensor().bitwise_equal(zero[i][0].to_tensor())) << "batch " << i;
-        EXPECT_TRUE(two[i][1].to_tensor().bitwise_equal(zero[i][1].to_tensor())) << "batch " << i;
-      }
+  };
+  const auto params = [&](const char* preset) {
+    return loader::Value::dict({{"root", root_}, {"transform", preset}, {"size", 16}});
+  };
+  auto eval = loader::make_dataset({"image_folder", params("eval")});
+  same(batches(eval, 2, loader::WorkerSeeding::PerWorker), batches(eval, 0, loader::WorkerSeeding::PerWorker));
+
+  auto train = loader::make_dataset({"image_folder", params("train")});
+  same(batches(train, 2, loader::WorkerSeeding::PerTask), batches(train, 0, loader::WorkerSeeding::PerTask));
+
+  const auto two = batches(train, 2, loader::WorkerSeeding::PerWorker);
+  // Rebuilt in-process: the sampler's order, then each batch from its worker's generator.
+  loader::RandomSampler order(train, std::make_shared<loader::Generator>(7));
+  std::vector<int64_t> indices;
+  auto cursor = order.iter();
+  while (auto i = cursor->next()) indices.push_back(*i);
+  const uint64_t base_seed = static_cast<uint64_t>(loader::Generator(5).random_int64());
+  loader::Generator worker_gen[2] = {loader::Generator(base_seed), loader::Generator(base_seed + 1)};
+  std::vector<loader::Value> rebuilt;
+  for (size_t b = 0; b * 3 < indices.size(); ++b) {
+    loader::DefaultGeneratorScope scope(worker_gen[b % 2]);
+    std::vector<loader::Value> samples;
+    for (size_t k = b * 3; k < std::min(indices.size(), b * 3 + 3); ++k) samples.push_back(train->get(indices[k]));
+    std::vector<loader::Tensor> imgs, labels;
+    for (auto& s : samples) imgs.push_back(s[0].to_tensor());
+    loader::Tensor x = loader::Tensor::empty({static_cast<int64_t>(imgs.size()), 3, 16, 16}, loader::DType::Float32);
+    loader::Tensor y = loader::Tensor::empty({static_cast<int64_t>(imgs.size())}, loader::DType::Int64);
+    for (size_t r = 0; r < imgs.size(); ++r) {
+      std::memcpy(static_cast<float*>(x.data_ptr()) + r * 3 * 16 * 16, imgs[r].data_ptr(), imgs[r].nbytes());
+      static_cast<int64_t*>(y.data_ptr())[r] = samples[r][1].to_int();
     }
+    rebuilt.push_back(loader::Value::list({x, y}));
   }
+  same(two, rebuilt);
 }
 
 TEST_F(ImageFolderFiles, ImageListReadsItsLines) {
