@@ -161,6 +161,20 @@ TEST(ImageDecode, PngDataCrcIsIgnoredAsPilDoes) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.bytes()), 0);
 }
 
+TEST(ImageDecode, JpegWarningsAreToleratedAsPilToleratesThem) {
+  // Bytes before the EOI marker: libjpeg warns "Corrupt JPEG data: 3 extraneous bytes before
+  // marker 0xd9"; PIL decodes the file (to the same pixels), and so does decode().  Losing
+  // only the EOI marker is a truncation for both ("image file is truncated").
+  const std::string jpg = image_bytes("rgb420_big.jpg");
+  const std::string extra = jpg.substr(0, jpg.size() - 2) + "\x01\x02\x03" + jpg.substr(jpg.size() - 2);
+  const Image a = loader::image::decode(u8(extra), extra.size(), {}, "extra.jpg");
+  const Image b = loader::image::decode(u8(jpg), jpg.size(), {}, "x.jpg");
+  ASSERT_EQ(a.bytes(), b.bytes());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.bytes()), 0);
+  EXPECT_NE(decode_error(jpg.substr(0, jpg.size() - 2), "no_eoi.jpg").find("image file is truncated"),
+            std::string::npos);
+}
+
 TEST(ImageDecode, MissingAndUnreadableFiles) {
   TempDir dir;
   const std::string missing = dir.file("nope.jpg");
