@@ -124,7 +124,7 @@ struct Image {
 /// The header of an in-memory file.  ValueError naming `name` when it is not a
 /// readable JPEG or PNG header (other formats: a ValueError saying which one it is).
 ImageInfo probe(const uint8_t* data, size_t size, const std::string& name = "<memory>");
-/// probe() of a file (reads only what the header needs... in practice the whole file).
+/// probe() of a file (reads the file).
 ImageInfo probe_file(const std::string& path);
 
 /// Decodes an in-memory JPEG or PNG file.  `name` (usually the path) is named by every
