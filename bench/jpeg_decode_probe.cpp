@@ -18,7 +18,8 @@
 // (the preset Compose's apply_into into a float32 [3, 224, 224] row: crop + resize +
 // flip + ToTensor + Normalize in its fused passes), and scaled_load_ms (the same decode
 // and transform with decode_scaling, one call, as the dataset makes it), each the median
-// over --passes of the mean per file.  One JSON line {"probe": "pipeline", ...}.
+// over --passes of the mean per file (the first --pipeline-files files, default 600).
+// One JSON line {"probe": "pipeline", ...}.
 // Exit status 2 for bad arguments, 1 when a file cannot be read or decoded.
 #include <turbojpeg.h>
 
@@ -60,7 +61,8 @@ const char* kUsage =
     "  --passes P     passes over all files per thread count; the median counts (default 3)\n"
     "  --limit N      only the first N files in sorted order (default all)\n"
     "  --pipeline T   also time loader's read / decode / transform per file (one thread) with the\n"
-    "                 preset transform T (train or eval)\n";
+    "                 preset transform T (train or eval)\n"
+    "  --pipeline-files N  --pipeline: the first N files (default 600)\n";
 
 int64_t parse_int(const std::string& flag, const std::string& text, int64_t lo) {
   char* end = nullptr;
@@ -192,7 +194,7 @@ void time_pipeline(const std::vector<fs::path>& paths, const std::vector<File>& 
 int run(int argc, char** argv) {
   std::string root;
   std::vector<int> threads;
-  int64_t passes = 3, limit = 0;
+  int64_t passes = 3, limit = 0, pipeline_limit = 600;
   std::string pipeline;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -212,7 +214,7 @@ int run(int argc, char** argv) {
     else if (a == "--pipeline") {
       if (v != "train" && v != "eval") throw Usage("--pipeline must be train or eval, got '" + v + "'");
       pipeline = v;
-    }
+    } else if (a == "--pipeline-files") pipeline_limit = parse_int(a, v, 1);
     else throw Usage("unknown option " + a);
   }
   if (root.empty()) throw Usage("--root is required");
@@ -275,7 +277,11 @@ int run(int argc, char** argv) {
                  t, t == 1 ? "" : "s", n / s, static_cast<double>(bytes) / s / 1e6, files.size(),
                  static_cast<long long>(passes));
   }
-  if (!pipeline.empty()) time_pipeline(paths, files, pipeline, passes);
+  if (!pipeline.empty()) {
+    const size_t m = std::min(files.size(), static_cast<size_t>(pipeline_limit));
+    time_pipeline(std::vector<fs::path>(paths.begin(), paths.begin() + static_cast<std::ptrdiff_t>(m)),
+                  std::vector<File>(files.begin(), files.begin() + static_cast<std::ptrdiff_t>(m)), pipeline, passes);
+  }
   return 0;
 }
 
