@@ -1414,10 +1414,15 @@ def w5_report(args, recs):
           f"{get('loader', 'train', w, 'main_cpu_us_per_batch') or 0:.0f} |")
     A("")
     targets = w5_targets(get, limit, 2 if 2 in W else max(W))
-    A("| goal (issue 38) | measured | result |")
-    A("|---|---|:---:|")
+    causes = {}
+    if args.causes and os.path.exists(args.causes):
+        with open(args.causes) as f:
+            causes = json.load(f)
+    A("| goal (issue 38) | measured | result | cause of a miss (`bench/target_causes.json`) |")
+    A("|---|---|:---:|---|")
     for t in targets:
-        A(f"| {t['name']} | {t['measured']} | **{t['result']}** |")
+        cause = causes.get(t["id"], "_to be added_") if t["result"] == "MISS" else ""
+        A(f"| {t['name']} (`{t['id']}`) | {t['measured']} | **{t['result']}** | {cause} |")
     A("")
     rd, de, tr, sc = pipe("read_ms"), pipe("decode_ms"), pipe("transform_ms"), pipe("scaled_load_ms")
     if de is not None:
