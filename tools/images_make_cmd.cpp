@@ -398,19 +398,20 @@ int run_export(const ExportOptions& o) {
   if (o.dataset != "fashion-mnist")
     throw UsageError("--dataset: only fashion-mnist can be exported, got '" + o.dataset + "'");
   const fs::path out(o.out);
-  try {
-    prepare_out(out, "images export");
-  } catch (const ValueError& e) {
-    throw UsageError(std::string("--out: ") + e.what());
-  }
+  std::error_code out_ec;
+  if (fs::exists(out, out_ec) && (!fs::is_directory(out, out_ec) || !fs::is_empty(out, out_ec)))
+    throw UsageError("--out: " + o.out + " exists and is not an empty folder: remove it or name a new folder");
   const auto t0 = Clock::now();
+  // Both splits first: a missing or bad file is reported before anything is written.
+  const FashionMNIST splits[2] = {FashionMNIST(o.root, true), FashionMNIST(o.root, false)};
+  prepare_out(out, "images export");
   const auto folders = fashion_mnist_folder_names();
   nlohmann::ordered_json j;
   j["dataset"] = o.dataset;
   j["out"] = o.out;
   int64_t bytes = 0;
-  for (const bool train : {true, false}) {
-    const FashionMNIST ds(o.root, train);
+  for (const FashionMNIST& ds : splits) {
+    const bool train = ds.train();
     const fs::path split = out / (train ? "train" : "test");
     for (const auto& name : folders) {
       std::error_code ec;
