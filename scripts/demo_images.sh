@@ -10,7 +10,7 @@
 #
 #   scripts/demo_images.sh                            # ./fashion_mlp_images.{pt,jsonl,png}
 #   scripts/demo_images.sh --epochs 5 --workers 0     # extra arguments go to the trainer
-#   scripts/demo_images.sh --augment crop             # RandomResizedCrop(28, scale=(0.8, 1)) instead
+#   scripts/demo_images.sh --augment crop             # RandomResizedCrop(28, scale=(0.8, 1)): 0.878, not 0.889
 #   IMAGES_DIR=/tmp/fmnist scripts/demo_images.sh     # where the PNG folders go (default fashion_mnist_png)
 #
 # BUILD_DIR picks the build directory (default: build).
