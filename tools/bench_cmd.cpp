@@ -17,12 +17,14 @@
 // also reads every byte of every batch (the timings are then not comparable).
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -507,6 +509,55 @@ int run_elastic(const std::shared_ptr<Dataset>& ds, const DataLoaderOptions& bas
   return ok ? 0 : 1;
 }
 
+// ------------------------------------------------------------------ W5
+std::string cache_root() {
+  if (const char* d = std::getenv("LOADER_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/loader";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/loader";
+  return "/tmp/loader-cache";
+}
+
+/// W5's generated folder: `n` images of `loader images make --classes 10 --seed seed`,
+/// made once into the cache folder and reused: $LOADER_CACHE_DIR, else
+/// $XDG_CACHE_HOME/loader, else ~/.cache/loader, subfolder w5-n<N>-c10-s<seed>-q90-g1
+/// (g1: the generator's version; bench/side_by_side.py computes the same path).  It is
+/// written under a temporary name and renamed, so a folder there is always complete.
+std::string w5_generated_folder(int64_t n, uint64_t seed = 0) {
+  namespace fs = std::filesystem;
+  if (n <= 0) throw ValueError("W5: n must be positive, got " + std::to_string(n));
+  const fs::path base(cache_root());
+  const std::string name = "w5-n" + std::to_string(n) + "-c" + std::to_string(bench::kW5Classes) + "-s" +
+                           std::to_string(seed) + "-q90-g1";
+  const fs::path dir = base / name;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return dir.string();
+  fs::create_directories(base, ec);
+  if (ec)
+    throw RuntimeError("W5: cannot create the cache folder " + base.string() + ": " + ec.message() +
+                       " (set LOADER_CACHE_DIR to a writable folder, or pass --root)");
+  const fs::path tmp = base / (name + ".tmp-" + std::to_string(::getpid()));
+  fs::remove_all(tmp, ec);
+  std::cerr << "[loader bench] W5: generating " << n << " JPEG images into " << dir.string()
+            << " (once; `loader images make --n " << n << " --classes " << bench::kW5Classes << " --seed " << seed << "`)"
+            << std::endl;
+  MakeImagesOptions o;
+  o.out = tmp.string();
+  o.n = n;
+  o.classes = bench::kW5Classes;
+  o.seed = seed;
+  const ImageFolderSummary s = make_image_folder(o);
+  fs::rename(tmp, dir, ec);
+  if (ec) {  // another run made it meanwhile: use that one
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    if (!fs::is_directory(dir, ignored))
+      throw RuntimeError("W5: cannot rename " + tmp.string() + " to " + dir.string() + ": " + ec.message());
+  }
+  std::cerr << "[loader bench] W5: " << s.files << " files, " << s.bytes / 1000000.0 << " MB in " << s.seconds
+            << " s" << std::endl;
+  return dir.string();
+}
+
 // ------------------------------------------------------------------ workloads
 int run_bench(const BenchOptions& o) {
   if (o.memcpy) return run_memcpy(o);
@@ -585,7 +636,7 @@ int run_bench(const BenchOptions& o) {
   bench::W5Files w5_files;
   if (w5) {
     // The folder: --root, or the generated one (made once, then reused from the cache).
-    w5_root = !o.root.empty() ? o.root : bench::w5_generated_folder(n);
+    w5_root = !o.root.empty() ? o.root : w5_generated_folder(n);
     try {
       map_ds = bench::make_w5_dataset(w5_root, variant, o.decode_scaling);
     } catch (const Error& e) {

@@ -7,10 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -22,7 +19,6 @@
 #include <immintrin.h>
 #endif
 
-#include "images_make.h"
 #include "loader/batch_copy.h"
 #include "loader/error.h"
 #include "loader/generator.h"
@@ -553,51 +549,6 @@ std::shared_ptr<Dataset> make_bench_dataset(const std::string& workload, int64_t
 }
 
 // ------------------------------------------------------------------ W5
-namespace {
-std::string cache_root() {
-  if (const char* d = std::getenv("LOADER_CACHE_DIR"); d && *d) return d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/loader";
-  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/loader";
-  return "/tmp/loader-cache";
-}
-}  // namespace
-
-std::string w5_generated_folder(int64_t n, uint64_t seed) {
-  namespace fs = std::filesystem;
-  if (n <= 0) throw ValueError("W5: n must be positive, got " + std::to_string(n));
-  const fs::path base(cache_root());
-  const std::string name = "w5-n" + std::to_string(n) + "-c" + std::to_string(kW5Classes) + "-s" +
-                           std::to_string(seed) + "-q90-g1";
-  const fs::path dir = base / name;
-  std::error_code ec;
-  if (fs::is_directory(dir, ec)) return dir.string();
-  fs::create_directories(base, ec);
-  if (ec)
-    throw RuntimeError("W5: cannot create the cache folder " + base.string() + ": " + ec.message() +
-                       " (set LOADER_CACHE_DIR to a writable folder, or pass --root)");
-  const fs::path tmp = base / (name + ".tmp-" + std::to_string(::getpid()));
-  fs::remove_all(tmp, ec);
-  std::cerr << "[loader bench] W5: generating " << n << " JPEG images into " << dir.string()
-            << " (once; `loader images make --n " << n << " --classes " << kW5Classes << " --seed " << seed << "`)"
-            << std::endl;
-  tool::MakeImagesOptions o;
-  o.out = tmp.string();
-  o.n = n;
-  o.classes = kW5Classes;
-  o.seed = seed;
-  const tool::ImageFolderSummary s = tool::make_image_folder(o);
-  fs::rename(tmp, dir, ec);
-  if (ec) {  // another run made it meanwhile: use that one
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-    if (!fs::is_directory(dir, ignored))
-      throw RuntimeError("W5: cannot rename " + tmp.string() + " to " + dir.string() + ": " + ec.message());
-  }
-  std::cerr << "[loader bench] W5: " << s.files << " files, " << s.bytes / 1000000.0 << " MB in " << s.seconds
-            << " s" << std::endl;
-  return dir.string();
-}
-
 std::shared_ptr<Dataset> make_w5_dataset(const std::string& root, const std::string& transform, bool decode_scaling) {
   if (transform != "train" && transform != "eval")
     throw ValueError("W5: transform must be train or eval, got '" + transform + "'");

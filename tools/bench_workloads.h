@@ -94,12 +94,8 @@ std::shared_ptr<Dataset> make_bench_dataset(const std::string& workload, int64_t
                                             const std::string& path = "");
 
 // ---- W5: JPEG files, the ImageNet training transform
-/// W5's generated folder: `n` images of `loader images make --classes 10 --seed seed`,
-/// made once into the cache folder and reused: $LOADER_CACHE_DIR, else
-/// $XDG_CACHE_HOME/loader, else ~/.cache/loader, subfolder w5-n<N>-c10-s<seed>-q90-g1
-/// (g1: the generator's version).  It is written to a temporary name and renamed, so a
-/// folder there is always complete.  Progress goes to stderr.  Returns the folder.
-std::string w5_generated_folder(int64_t n, uint64_t seed = 0);
+// (W5's generated folder, made once by `loader images make` and cached, is
+// w5_generated_folder() in bench_cmd.cpp: only the tool has the generator.)
 /// W5's classes in the generated folder (image i is class i % 10).
 constexpr int64_t kW5Classes = 10;
 
