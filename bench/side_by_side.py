@@ -1333,6 +1333,11 @@ def w5_measure(args):
     return recs
 
 
+def fmt_img(x):
+    """Images per second, whole numbers (W5's rates are thousands, not millions)."""
+    return "—" if x is None else f"{x:,.0f}"
+
+
 def w5_targets(get, limit, workers=2):
     """The W5 goals (issue 38): (id, name, measured, result)."""
     out = []
@@ -1345,12 +1350,12 @@ def w5_targets(get, limit, workers=2):
     r = lo / tv if lo and tv else None
     rs = ls / tv if ls and tv else None
     add("w5_vs_torchvision", f"W5 ({workers} workers) ≥ 4× PyTorch + torchvision with the same workers "
-        "(decode_scaling off)", f"{fmt_rate(lo)} vs {fmt_rate(tv)} img/s = {fmt_x(r)}; with decode_scaling "
-        f"{fmt_rate(ls)} img/s = {fmt_x(rs)}", None if r is None else r >= 4)
+        "(decode_scaling off)", f"{fmt_img(lo)} vs {fmt_img(tv)} img/s = {fmt_x(r)}; with decode_scaling "
+        f"{fmt_img(ls)} img/s = {fmt_x(rs)}", None if r is None else r >= 4)
     lim = limit(workers)
     r = lo / lim if lo and lim else None
     add("w5_decode_limit", f"W5 ({workers} workers) ≥ 75% of the libjpeg-turbo decode limit on {max(1, workers)} "
-        "threads, same run", f"{r:.0%} ({fmt_rate(lo)} of {fmt_rate(lim)} img/s)" if r is not None else "—",
+        "threads, same run", f"{r:.0%} ({fmt_img(lo)} of {fmt_img(lim)} img/s)" if r is not None else "—",
         None if r is None else r >= 0.75)
     fb = get("loader", "train", workers, "first_batch_s")
     add("w5_first_batch", f"W5 first batch ≤ 50 ms ({workers} workers, started with the epoch)",
@@ -1406,12 +1411,12 @@ def w5_report(args, recs):
         jmb = get("loader", "train", w, "jpeg_MB_per_s")
         a, b = rng("loader", "train", w)
         sp = f" ({a:.0f}–{b:.0f})" if a is not None and run["rounds"] > 1 else ""
-        A(f"| {w} | {fmt_rate(lo)}{sp} | {fmt_rate(ls)} | {fmt_rate(tv)} | {fmt_x(lo / tv) if lo and tv else '—'} | "
-          f"{fmt_x(ls / tv) if ls and tv else '—'} | {fmt_rate(lim)} ({max(1, w)}) | "
+        A(f"| {w} | {fmt_img(lo)}{sp} | {fmt_img(ls)} | {fmt_img(tv)} | {fmt_x(lo / tv) if lo and tv else '—'} | "
+          f"{fmt_x(ls / tv) if ls and tv else '—'} | {fmt_img(lim)} ({max(1, w)}) | "
           f"{f'{lo / lim:.0%}' if lo and lim else '—'} | "
           f"{f'{jmb:.1f}' if jmb else '—'} | "
           f"{fmt_ms(get('loader', 'train', w, 'first_batch_s'))} / {fmt_ms(get('torch', 'torchvision', w, 'first_batch_s'))} | "
-          f"{get('loader', 'train', w, 'main_cpu_us_per_batch') or 0:.0f} |")
+          + (f"{get('loader', 'train', w, 'main_cpu_us_per_batch') or 0:.0f} |" if w > 0 else "n/a (it loads) |"))
     A("")
     targets = w5_targets(get, limit, 2 if 2 in W else max(W))
     causes = {}
