@@ -11,6 +11,9 @@ docs/benchmarks_*.png, including the targets of issue 12 as a PASS/MISS checklis
     /usr/bin/python3 bench/side_by_side.py                 # full run (~8-9 min on an idle 2-core machine)
     /usr/bin/python3 bench/side_by_side.py --rounds 3      # 3 interleaved rounds (WORKLOADS.md; ~25 min)
     /usr/bin/python3 bench/side_by_side.py --quick         # smoke run, report in bench/results/quick.md
+    /usr/bin/python3 bench/side_by_side.py --only W5 --workers 0,2 --rounds 2 --epochs 2
+                        # W5 (JPEG files): loader, PyTorch + torchvision and the decode limit
+                        # (bench/jpeg_decode_probe) in one run; its section of docs/benchmarks.md
 
 (Estimates: loader + PyTorch take ~6 min per round and the loader-only scaling part
 ~45 s once, from the 2026-11 full run; the libtorch peer adds ~1.5-2 min per round,
@@ -1056,11 +1059,18 @@ def main():
                     help="write the report from a results file of an earlier run (no measuring)")
     ap.add_argument("--analysis", default=os.path.join(HERE, "analysis.md"),
                     help="markdown file pasted into the report's Analysis section, if it exists")
+    ap.add_argument("--probe", default=None,
+                    help="W5: the jpeg_decode_probe binary (default: bench/jpeg_decode_probe beside --loader)")
+    ap.add_argument("--probe-passes", type=int, default=3, help="W5: passes of the probe per thread count")
     args = ap.parse_args()
     args.workers_list = [int(x) for x in args.workers.split(",")]
     if args.epochs is None:
         args.epochs = 2 if args.quick else 3
     only = args.only.split(",")
+    if "W5" in only:
+        if only != ["W5"]:
+            raise SystemExit("side_by_side.py: W5 runs on its own: --only W5")
+        return w5_main(args)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     args.raw = os.path.join(HERE, "results", f"{'quick' if args.quick else 'full'}-{stamp}.jsonl")
@@ -1184,6 +1194,341 @@ def report(args, recs, out_md, plot_files):
     targets = write_report(args, res, mc, run["machine"], run["busy_start"], run["busy_end"], run["total_s"],
                            scaling, pf_rows, out_md, plot_files if scaling or pf_rows else plot_files[:1])
     log(f"report: {out_md}; raw: {args.raw}; measured in {run['total_s'] / 60:.1f} min")
+    for t in targets:
+        log(f"target {t['id']}: {t['result']} ({t['measured']})")
+
+
+# ----------------------------------------------------------------------------
+# W5: JPEG files (WORKLOADS.md), loader against PyTorch + torchvision and the decode limit
+# ----------------------------------------------------------------------------
+W5_N, W5_QUICK_N, W5_CLASSES, W5_B = 3000, 640, 10, 64
+W5_BEGIN, W5_END = "<!-- W5 begin: written by bench/side_by_side.py --only W5 -->", "<!-- W5 end -->"
+
+
+def w5_cache_folder(n, seed=0):
+    """The folder `loader bench --workload W5 --n N` generates and reuses (bench_workloads.cpp)."""
+    base = os.environ.get("LOADER_CACHE_DIR") or (
+        os.path.join(os.environ["XDG_CACHE_HOME"], "loader") if os.environ.get("XDG_CACHE_HOME") else
+        os.path.join(os.environ["HOME"], ".cache", "loader") if os.environ.get("HOME") else "/tmp/loader-cache")
+    return os.path.join(base, f"w5-n{n}-c{W5_CLASSES}-s{seed}-q90-g1")
+
+
+def w5_folder(args, n):
+    """The generated folder (made here, once, as `loader bench` would make it) and its figures."""
+    root = w5_cache_folder(n)
+    if not os.path.isdir(root):
+        tmp = f"{root}.tmp-{os.getpid()}"
+        os.makedirs(os.path.dirname(root), exist_ok=True)
+        log(f"W5: generating {n} images into {root} (once)")
+        p = subprocess.run([args.loader, "images", "make", "--out", tmp, "--n", str(n), "--classes",
+                            str(W5_CLASSES), "--seed", "0"], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit(f"loader images make failed: {p.stderr.strip()}")
+        try:
+            os.rename(tmp, root)
+        except OSError:
+            if not os.path.isdir(root):
+                raise
+    files = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs if f.endswith(".JPEG")]
+    return dict(root=root, files=len(files), bytes=sum(os.path.getsize(f) for f in files))
+
+
+def w5_probe_path(args):
+    return args.probe or os.path.join(os.path.dirname(os.path.abspath(args.loader)), "bench", "jpeg_decode_probe")
+
+
+def run_loader_w5(args, workers, n, epochs, decode_scaling=False):
+    cmd = [args.loader, "bench", "--workload", "W5", "--workers", str(workers), "--n", str(n), "--epochs",
+           str(epochs)] + (["--decode-scaling"] if decode_scaling else [])
+    rc, out, err, ext = run_measured(cmd, args.timeout)
+    eps = [json.loads(x) for x in out if x.startswith("{")]
+    rec = dict(side="loader", workload="W5", variant="train" + ("+scaling" if decode_scaling else ""), workers=workers,
+               N=n, rc=rc, epochs=eps, **ext)
+    if rc != 0 or not eps:
+        rec["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit status {rc}"
+        log(f"loader W5/w{workers}{'/scaling' if decode_scaling else ''}: FAILED ({rec['error']})")
+        return rec
+    m = lambda k: statistics.median(e.get(k, 0) for e in eps)  # noqa: E731
+    rec.update(samples_per_s=n / m("epoch_s"), jpeg_MB_per_s=m("jpeg_MB_per_s"), first_batch_s=m("first_batch_s"),
+               main_cpu_us_per_batch=m("main_cpu_us_per_batch"), ctx_switches_per_batch=m("ctx_switches_per_batch"),
+               workers_busy_s=m("stage_workers_busy_s"), workers_cpu_s=m("workers_cpu_s"), main_cpu_s=m("main_cpu_s"),
+               epoch_s=m("epoch_s"), root=eps[0].get("root"), ok=all(e["ok"] for e in eps))
+    log(f"loader W5/w{workers}{'/scaling' if decode_scaling else ''}: {rec['samples_per_s']:8.0f} img/s, "
+        f"{rec['jpeg_MB_per_s']:6.1f} MB/s JPEG, first {rec['first_batch_s'] * 1e3:7.1f} ms, "
+        f"parent {rec['main_cpu_us_per_batch']:.0f} us/batch, other CPU {ext['other_cpu_share']:.0%}")
+    return rec
+
+
+def run_torch_w5(args, workers, n, epochs, root):
+    cmd = [sys.executable, PEER, "--only", "W5", "--root", root, "--workers", str(workers), "--epochs", str(epochs),
+           "--matrix", "main"]
+    rc, out, err, ext = run_measured(cmd, args.timeout)
+    lines = [json.loads(x) for x in out if x.startswith("{")]
+    rec = dict(side="torch", workload="W5", variant="torchvision", workers=workers, N=n, rc=rc, **ext)
+    if rc != 0 or not lines:
+        rec["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit status {rc}"
+        log(f"torch W5/w{workers}: FAILED ({rec['error']})")
+        return rec
+    t = lines[-1]
+    rec.update(samples_per_s=t["samples_per_s"], jpeg_MB_per_s=t["jpeg_MB_per_s"], first_batch_s=t["first_batch_s"],
+               epoch_s=statistics.median(t["epoch_s"]), torch=t, ok=t["N"] == n)
+    log(f"torch  W5/w{workers}: {rec['samples_per_s']:8.0f} img/s, {rec['jpeg_MB_per_s']:6.1f} MB/s JPEG, "
+        f"first {rec['first_batch_s'] * 1e3:7.1f} ms, other CPU {ext['other_cpu_share']:.0%}")
+    return rec
+
+
+def run_probe_w5(args, root, threads):
+    cmd = [w5_probe_path(args), "--root", root, "--threads", ",".join(str(t) for t in threads), "--passes",
+           str(args.probe_passes), "--pipeline", "train"]
+    rc, out, err, ext = run_measured(cmd, args.timeout)
+    lines = [json.loads(x) for x in out if x.startswith("{")]
+    rec = dict(side="probe", workload="W5", variant="tjDecompress2", workers=0, rc=rc, **ext)
+    if rc != 0 or not lines:
+        rec["error"] = err.strip().splitlines()[-1] if err.strip() else f"exit status {rc}"
+        log(f"probe: FAILED ({rec['error']})")
+        return rec
+    rec["decode"] = {str(x["threads"]): x for x in lines if x["probe"] == "tjDecompress2"}
+    rec["pipeline"] = next((x for x in lines if x["probe"] == "pipeline"), None)
+    for t, x in sorted(rec["decode"].items()):
+        log(f"probe  tjDecompress2 x{t}: {x['images_per_s']:8.0f} img/s, {x['MB_per_s']:6.1f} MB/s JPEG")
+    if rec["pipeline"]:
+        pl = rec["pipeline"]
+        log(f"probe  pipeline: read {pl['read_ms']:.3f} + decode {pl['decode_ms']:.3f} + transform "
+            f"{pl['transform_ms']:.3f} ms/img; decode_scaling {pl['scaled_load_ms']:.3f} ms")
+    return rec
+
+
+def w5_measure(args):
+    t_all = time.perf_counter()
+    info = machine()
+    busy_start = busy_processes()
+    n = W5_QUICK_N if args.quick else W5_N
+    folder = w5_folder(args, n)
+    log(f"W5: {folder['files']} files, {folder['bytes'] / 1e6:.1f} MB in {folder['root']}; busy at start: "
+        f"{busy_start or 'none'}")
+    if not os.access(w5_probe_path(args), os.X_OK):
+        raise SystemExit(f"{w5_probe_path(args)} not found: build it (cmake --build BUILD --target jpeg_decode_probe) "
+                         "or pass --probe")
+    raw = open(args.raw, "w")
+    recs = []
+
+    def keep(rec):
+        raw.write(json.dumps(rec) + "\n")
+        raw.flush()
+        recs.append(rec)
+
+    threads = sorted({max(1, w) for w in args.workers_list})
+    for rnd in range(args.rounds):
+        for w in args.workers_list:
+            keep(dict(run_loader_w5(args, w, n, args.epochs), round=rnd))
+            if not args.no_torch:
+                keep(dict(run_torch_w5(args, w, n, args.epochs, folder["root"]), round=rnd))
+            keep(dict(run_loader_w5(args, w, n, args.epochs, decode_scaling=True), round=rnd))
+        keep(dict(run_probe_w5(args, folder["root"], threads), round=rnd))
+    keep({"side": "w5-run", "workload": "W5", "variant": "-", "workers": 0, "machine": info, "folder": folder,
+          "busy_start": busy_start, "busy_end": busy_processes(), "total_s": time.perf_counter() - t_all,
+          "argv": sys.argv[1:], "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "quick": args.quick,
+          "rounds": args.rounds, "epochs": args.epochs, "workers_list": args.workers_list, "N": n})
+    raw.close()
+    return recs
+
+
+def fmt_img(x):
+    """Images per second, whole numbers (W5's rates are thousands, not millions)."""
+    return "—" if x is None else f"{x:,.0f}"
+
+
+def w5_targets(get, limit, workers=2):
+    """The W5 goals (issue 38): (id, name, measured, result)."""
+    out = []
+
+    def add(tid, name, measured, ok):
+        out.append(dict(id=tid, name=name, measured=measured,
+                        result="NOT MEASURED" if ok is None else ("PASS" if ok else "MISS")))
+    lo, tv, ls = get("loader", "train", workers), get("torch", "torchvision", workers), \
+        get("loader", "train+scaling", workers)
+    r = lo / tv if lo and tv else None
+    rs = ls / tv if ls and tv else None
+    add("w5_vs_torchvision", f"W5 ({workers} workers) ≥ 4× PyTorch + torchvision with the same workers "
+        "(decode_scaling off)", f"{fmt_img(lo)} vs {fmt_img(tv)} img/s = {fmt_x(r)}; with decode_scaling "
+        f"{fmt_img(ls)} img/s = {fmt_x(rs)}", None if r is None else r >= 4)
+    lim = limit(workers)
+    r = lo / lim if lo and lim else None
+    add("w5_decode_limit", f"W5 ({workers} workers) ≥ 75% of the libjpeg-turbo decode limit on {max(1, workers)} "
+        "threads, same run", f"{r:.0%} ({fmt_img(lo)} of {fmt_img(lim)} img/s)" if r is not None else "—",
+        None if r is None else r >= 0.75)
+    fb = get("loader", "train", workers, "first_batch_s")
+    add("w5_first_batch", f"W5 first batch ≤ 50 ms ({workers} workers, started with the epoch)",
+        f"{fmt_ms(fb)} ms" if fb is not None else "—", None if fb is None else fb <= 0.050)
+    return out
+
+
+def w5_report(args, recs):
+    run = next(r for r in recs if r["side"] == "w5-run")
+    W = run["workers_list"]
+    res = [r for r in recs if r["side"] in ("loader", "torch") and "error" not in r]
+    probes = [r for r in recs if r["side"] == "probe" and "error" not in r]
+
+    def get(side, variant, w, key="samples_per_s"):
+        return med(r.get(key) for r in res if r["side"] == side and r["variant"] == variant and r["workers"] == w)
+
+    def rng(side, variant, w, key="samples_per_s"):
+        return spread(r.get(key) for r in res if r["side"] == side and r["variant"] == variant and r["workers"] == w)
+
+    def limit(w, key="images_per_s"):
+        return med(p["decode"].get(str(max(1, w)), {}).get(key) for p in probes)
+
+    def pipe(key):
+        return med((p.get("pipeline") or {}).get(key) for p in probes)
+
+    folder, n = run["folder"], run["N"]
+    info = run["machine"]
+    other = med(r.get("other_cpu_share") for r in recs if r.get("other_cpu_share") is not None)
+    other_max = max((r.get("other_cpu_share") or 0 for r in recs), default=0)
+    L = []
+    A = L.append
+    A(W5_BEGIN)
+    A(f"## W5: JPEG files, the ImageNet training transform ({run['date']}, one side-by-side run)")
+    A("")
+    A(f"`/usr/bin/python3 bench/side_by_side.py {' '.join(run['argv'])}` on `{info.get('git', '?')}`"
+      f"{' (uncommitted changes)' if info.get('git_dirty') else ''}: loader (`loader bench --workload W5`), PyTorch "
+      f"{info.get('torch', '?')} + torchvision (`bench/peer_torch.py --only W5`) and the decode limit "
+      f"(`bench/jpeg_decode_probe`) alternating in {run['rounds']} round{'s' if run['rounds'] > 1 else ''} of "
+      f"{run['epochs']} epochs each, medians (min–max over rounds in brackets); {run['total_s'] / 60:.1f} min; raw "
+      f"lines `{os.path.relpath(args.raw, ROOT)}`. Folder: {folder['files']:,} files generated by `loader images "
+      f"make --n {n} --classes {W5_CLASSES} --seed 0` ({folder['bytes'] / 1e6:.0f} MB, "
+      f"{folder['bytes'] / max(1, folder['files']) / 1e3:.1f} KB per file), read through the page cache. Machine: "
+      f"{info.get('Model name', '?')}, {info.get('cpus')} CPUs. Other CPU: median {other:.0%}, max {other_max:.0%} "
+      "of the machine" + (" (the figures are noisier than on an idle machine)." if other_max > 0.05 else "."))
+    A("")
+    A("| workers | loader img/s | loader + decode_scaling | PyTorch + torchvision | ÷ torchvision | ÷ torchvision, "
+      "scaling | decode limit (threads) | share of limit | loader JPEG MB/s | first batch loader / torchvision ms "
+      "| parent CPU µs/batch |")
+    A("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for w in W:
+        lo, ls, tv = get("loader", "train", w), get("loader", "train+scaling", w), get("torch", "torchvision", w)
+        lim = limit(w)
+        jmb = get("loader", "train", w, "jpeg_MB_per_s")
+        a, b = rng("loader", "train", w)
+        sp = f" ({a:.0f}–{b:.0f})" if a is not None and run["rounds"] > 1 else ""
+        A(f"| {w} | {fmt_img(lo)}{sp} | {fmt_img(ls)} | {fmt_img(tv)} | {fmt_x(lo / tv) if lo and tv else '—'} | "
+          f"{fmt_x(ls / tv) if ls and tv else '—'} | {fmt_img(lim)} ({max(1, w)}) | "
+          f"{f'{lo / lim:.0%}' if lo and lim else '—'} | "
+          f"{f'{jmb:.1f}' if jmb else '—'} | "
+          f"{fmt_ms(get('loader', 'train', w, 'first_batch_s'))} / {fmt_ms(get('torch', 'torchvision', w, 'first_batch_s'))} | "
+          + (f"{get('loader', 'train', w, 'main_cpu_us_per_batch') or 0:.0f} |" if w > 0 else "n/a (it loads) |"))
+    A("")
+    targets = w5_targets(get, limit, 2 if 2 in W else max(W))
+    causes = {}
+    if args.causes and os.path.exists(args.causes):
+        with open(args.causes) as f:
+            causes = json.load(f)
+    A("| goal (issue 38) | measured | result | cause of a miss (`bench/target_causes.json`) |")
+    A("|---|---|:---:|---|")
+    for t in targets:
+        cause = causes.get(t["id"], "_to be added_") if t["result"] == "MISS" else ""
+        A(f"| {t['name']} (`{t['id']}`) | {t['measured']} | **{t['result']}** | {cause} |")
+    A("")
+    rd, de, tr, sc = pipe("read_ms"), pipe("decode_ms"), pipe("transform_ms"), pipe("scaled_load_ms")
+    if de is not None:
+        A("Where a worker's time goes (per image; `jpeg_decode_probe --pipeline train`, one thread, loader's own "
+          f"code: read {rd:.2f} ms, decode {de:.2f} ms, crop + resize + flip + normalise {tr:.2f} ms; with "
+          f"decode_scaling, decode + transform {sc:.2f} ms). As shares of the worker time per image in the loader "
+          "runs (`stage_workers_busy_s` ÷ images; with 0 workers the epoch's time ÷ images); `rest` is reading "
+          "the file, seeding, writing the batch row and the task's messages:")
+        A("")
+        A("| workers | worker ms per image | decode | resize (+ flip, normalise) | rest |")
+        A("|---:|---:|---:|---:|---:|")
+        for w in W:
+            per = (get("loader", "train", w, "workers_busy_s") if w > 0 else get("loader", "train", w, "epoch_s"))
+            if not per:
+                continue
+            per = per / n * 1e3
+            A(f"| {w} | {per:.2f} | {de / per:.0%} | {tr / per:.0%} | {max(0.0, 1 - (de + tr) / per):.0%} |")
+        A("")
+    fails = [r for r in recs if "error" in r]
+    if fails:
+        A("Failed configurations: " + "; ".join(f"{r['side']} W5/{r['variant']}/w{r['workers']}: {r['error'][:100]}"
+                                                  for r in fails) + ".")
+        A("")
+    bad = [r for r in res if r["side"] == "loader" and not r.get("ok")]
+    A("Every loader epoch's label sum and sample count checked: " + (
+        "all ok." if not bad else f"{len(bad)} run(s) FAILED the check."))
+    if args.plot_w5:
+        A("")
+        A(f"![W5 images/s]({os.path.basename(args.plot_w5)})")
+    A(W5_END)
+    return "\n".join(L), targets
+
+
+def w5_plot(args, recs):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    run = next(r for r in recs if r["side"] == "w5-run")
+    W = run["workers_list"]
+    res = [r for r in recs if r["side"] in ("loader", "torch") and "error" not in r]
+    probes = [r for r in recs if r["side"] == "probe" and "error" not in r]
+    series = [("loader", "train", "#1f77b4", "loader"), ("loader", "train+scaling", "#6baed6",
+                                                         "loader + decode_scaling"),
+              ("torch", "torchvision", "#d62728", "PyTorch + torchvision")]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / (len(series) + 1)
+    for k, (side, var, color, label) in enumerate(series):
+        vals = [med(r["samples_per_s"] for r in res if r["side"] == side and r["variant"] == var and r["workers"] == w)
+                for w in W]
+        ax.bar([i + (k - len(series) / 2) * width for i in range(len(W))], [v or 0 for v in vals], width,
+               color=color, label=label)
+    lim = [med(p["decode"].get(str(max(1, w)), {}).get("images_per_s") for p in probes) for w in W]
+    ax.bar([i + (len(series) - len(series) / 2) * width for i in range(len(W))], [v or 0 for v in lim], width,
+           color="#999999", label="tjDecompress2 limit (threads = max(1, workers))")
+    ax.set_xticks(range(len(W)))
+    ax.set_xticklabels([f"{w} workers" for w in W])
+    ax.set_ylabel("images/s")
+    ax.set_title(f"W5: {run['N']:,} JPEG files, RandomResizedCrop(224) + flip + normalise, batch 64")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.plot_w5, dpi=110)
+    plt.close(fig)
+
+
+def w5_write(args, text, out_md):
+    """Replaces the W5 section of out_md (between its markers), or puts it right after the title."""
+    old = open(out_md).read() if os.path.exists(out_md) else "# Benchmarks\n"
+    if W5_BEGIN in old and W5_END in old:
+        a = old.index(W5_BEGIN)
+        b = old.index(W5_END) + len(W5_END)
+        new = old[:a] + text + old[b:]
+    else:
+        first, _, rest = old.partition("\n")
+        new = first + "\n\n" + text + "\n" + ("\n" + rest.lstrip("\n") if rest.strip() else "")
+    with open(out_md, "w") as f:
+        f.write(new if new.endswith("\n") else new + "\n")
+
+
+def w5_main(args):
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if args.from_raw:
+        recs = [json.loads(x) for x in open(args.from_raw) if x.strip()]
+        args.raw = args.from_raw
+    else:
+        if not os.path.exists(args.loader):
+            raise SystemExit(f"{args.loader} not found: build it first (BUILD_DIR=build-bench scripts/build.sh)")
+        args.raw = os.path.join(HERE, "results", f"w5-{'quick' if args.quick else 'full'}-{stamp}.jsonl")
+        recs = w5_measure(args)
+    out_md = args.out or (os.path.join(HERE, "results", "quick.md") if args.quick
+                          else os.path.join(ROOT, "docs", "benchmarks.md"))
+    args.plot_w5 = os.path.join(os.path.dirname(os.path.abspath(out_md)),
+                                "benchmarks_w5.png" if not args.quick else "benchmarks_quick_w5.png")
+    try:
+        w5_plot(args, recs)
+    except ImportError:
+        args.plot_w5 = None
+    text, targets = w5_report(args, recs)
+    w5_write(args, text, out_md)
+    log(f"report: {out_md} (W5 section); raw: {args.raw}")
     for t in targets:
         log(f"target {t['id']}: {t['result']} ({t['measured']})")
 

@@ -3,8 +3,8 @@
 # Idempotent: a no-op (well under a second) when everything is there.  Run as root.
 set -euo pipefail
 pkgs=(build-essential cmake pkgconf libcaf-dev libboost-dev libgtest-dev libdlpack-dev zlib1g-dev libssl-dev
-      nlohmann-json3-dev libcli11-dev libeigen3-dev libopenblas-dev
-      python3-torch python3-numpy python3-matplotlib libtorch-dev
+      nlohmann-json3-dev libcli11-dev libeigen3-dev libopenblas-dev libturbojpeg0-dev libpng-dev
+      python3-torch python3-numpy python3-matplotlib libtorch-dev python3-torchvision python3-pil
       dataset-fashion-mnist clang libclang-rt-14-dev procps)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,4 +1,4 @@
-// `loader bench`: the standard workloads W1-W4 (bench/WORKLOADS.md) through
+// `loader bench`: the standard workloads W1-W5 (bench/WORKLOADS.md) through
 // loader::DataLoader, one JSON line per epoch on stdout, progress on stderr.
 //
 //   loader bench --workload W2 --workers 2                 # 3 epochs, N = 20,000
@@ -7,17 +7,24 @@
 //   loader bench --workload W1 --n 1000000 --epochs 1 --checkpoint --checkpoint-at 0.99 [--sampler index-shuffle]
 //   loader bench --workload W1 --n 20000 --ranks 2 --checkpoint-at 0.4 --resume-ranks 3 [--uneven] --dump-indices F.json
 //   loader bench --workload W2 --variant aug --n 2000 --verify --seeding per-task --workers 2 --checkpoint --resume-workers 3
+//   loader bench --workload W5 --workers 2 --epochs 2 --verify   # JPEG files (generated once, cached),
+//                                                         # the ImageNet train transform, per-task seeding
+//   loader bench --workload W5 --root /data/train --workers 2 [--decode-scaling] [--kill-worker-after 3]
 //   loader bench --memcpy                                  # this machine's copy bandwidth
 //
 // The consumer does what WORKLOADS.md says and nothing more: it adds labels.sum()
 // (W4: batch.sum()) to a running int64 total and drops the batch.  With --verify it
 // also reads every byte of every batch (the timings are then not comparable).
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -35,6 +42,7 @@
 
 #include "bench_workloads.h"
 #include "command.h"
+#include "images_make.h"
 #include "loader/dataloader.h"
 #include "loader/error.h"
 #include "loader/samplers.h"
@@ -228,10 +236,13 @@ struct BenchOptions {
   bool uneven = false;                  // --ranks: rank r consumes r batches more than rank 0
   std::string dump_indices;             // --ranks: where to write the indices each rank took
   std::string sampler = "random";  // map-style workloads: random (RandomSampler) or index-shuffle
-  std::string seeding = "per-worker";  // DataLoaderOptions::worker_seeding
+  std::string seeding;  // DataLoaderOptions::worker_seeding; "": per-task for W5, per-worker otherwise
   std::optional<int64_t> resume_workers;  // --checkpoint: the resumed loader's num_workers (strict=false)
   int64_t max_worker_restarts = 0;
+  int64_t kill_worker_after = 0;  // map-style, workers > 0: SIGKILL worker 0 after this many batches of each epoch
   double timeout = 0;
+  std::string root;               // W5: an image folder (default: the generated one)
+  bool decode_scaling = false;    // W5: JPEG DCT-scaled decoding
   bool memcpy = false;
   int64_t memcpy_mb = 256;
   int64_t reps = 5;
@@ -498,6 +509,55 @@ int run_elastic(const std::shared_ptr<Dataset>& ds, const DataLoaderOptions& bas
   return ok ? 0 : 1;
 }
 
+// ------------------------------------------------------------------ W5
+std::string cache_root() {
+  if (const char* d = std::getenv("LOADER_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/loader";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/loader";
+  return "/tmp/loader-cache";
+}
+
+/// W5's generated folder: `n` images of `loader images make --classes 10 --seed seed`,
+/// made once into the cache folder and reused: $LOADER_CACHE_DIR, else
+/// $XDG_CACHE_HOME/loader, else ~/.cache/loader, subfolder w5-n<N>-c10-s<seed>-q90-g1
+/// (g1: the generator's version; bench/side_by_side.py computes the same path).  It is
+/// written under a temporary name and renamed, so a folder there is always complete.
+std::string w5_generated_folder(int64_t n, uint64_t seed = 0) {
+  namespace fs = std::filesystem;
+  if (n <= 0) throw ValueError("W5: n must be positive, got " + std::to_string(n));
+  const fs::path base(cache_root());
+  const std::string name = "w5-n" + std::to_string(n) + "-c" + std::to_string(bench::kW5Classes) + "-s" +
+                           std::to_string(seed) + "-q90-g1";
+  const fs::path dir = base / name;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return dir.string();
+  fs::create_directories(base, ec);
+  if (ec)
+    throw RuntimeError("W5: cannot create the cache folder " + base.string() + ": " + ec.message() +
+                       " (set LOADER_CACHE_DIR to a writable folder, or pass --root)");
+  const fs::path tmp = base / (name + ".tmp-" + std::to_string(::getpid()));
+  fs::remove_all(tmp, ec);
+  std::cerr << "[loader bench] W5: generating " << n << " JPEG images into " << dir.string()
+            << " (once; `loader images make --n " << n << " --classes " << bench::kW5Classes << " --seed " << seed << "`)"
+            << std::endl;
+  MakeImagesOptions o;
+  o.out = tmp.string();
+  o.n = n;
+  o.classes = bench::kW5Classes;
+  o.seed = seed;
+  const ImageFolderSummary s = make_image_folder(o);
+  fs::rename(tmp, dir, ec);
+  if (ec) {  // another run made it meanwhile: use that one
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    if (!fs::is_directory(dir, ignored))
+      throw RuntimeError("W5: cannot rename " + tmp.string() + " to " + dir.string() + ": " + ec.message());
+  }
+  std::cerr << "[loader bench] W5: " << s.files << " files, " << s.bytes / 1000000.0 << " MB in " << s.seconds
+            << " s" << std::endl;
+  return dir.string();
+}
+
 // ------------------------------------------------------------------ workloads
 int run_bench(const BenchOptions& o) {
   if (o.memcpy) return run_memcpy(o);
@@ -516,11 +576,13 @@ int run_bench(const BenchOptions& o) {
   const bool no_in_order = o.no_in_order;  // --in-order (the default) and --no-in-order exclude each other
   const int workers = static_cast<int>(o.workers);
   const int epochs = static_cast<int>(o.epochs.value_or(quick ? 2 : 3));
-  const int64_t n = o.n.value_or(quick ? wl.quick_n : wl.n);
+  const bool w5 = std::string(wl.name) == "W5";
+  int64_t n = o.n.value_or(quick ? wl.quick_n : wl.n);
   const int64_t b = o.batch_size.value_or(wl.batch_size);
   const int restarts = static_cast<int>(o.max_worker_restarts);
   const double timeout = o.timeout;
-  const std::string variant = !o.variant.empty() ? o.variant : (wl.iterable ? "gen" : "tensor");
+  const std::string variant = !o.variant.empty() ? o.variant : (wl.iterable ? "gen" : w5 ? "train" : "tensor");
+  const std::string seeding = !o.seeding.empty() ? o.seeding : (w5 ? "per-task" : "per-worker");
   if (workers < 0) throw UsageError("--workers must be >= 0");
   if (epochs <= 0) throw UsageError("--epochs must be positive");
   if (n <= 0 || b <= 0) throw UsageError("--n and --batch-size must be positive");
@@ -532,12 +594,22 @@ int run_bench(const BenchOptions& o) {
   if (wl.iterable && o.sampler != "random")
     throw UsageError(std::string("--sampler: ") + wl.name + " is an IterableDataset, which has no sampler");
   const bool aug = !wl.iterable && std::string(wl.name) == "W2" && variant == "aug";
-  if (wl.iterable ? (variant != "gen" && variant != "batched") : (variant != "gen" && variant != "tensor" && !aug))
+  if (w5 ? (variant != "train" && variant != "eval")
+         : wl.iterable ? (variant != "gen" && variant != "batched") : (variant != "gen" && variant != "tensor" && !aug))
     throw UsageError(std::string("--variant for ") + wl.name + " must be " +
-                     (wl.iterable ? "gen or batched" : std::string(wl.name) == "W2" ? "tensor, gen or aug" : "tensor or gen"));
-  if (o.seeding != "per-worker" && o.seeding != "per-task")
-    throw UsageError("--seeding must be per-worker (PyTorch's base_seed + k per worker; default) or per-task, got '" +
-                     o.seeding + "'");
+                     (w5 ? "train (the ImageNet training transform; default) or eval (Resize(256), CenterCrop(224))"
+                      : wl.iterable ? "gen or batched" : std::string(wl.name) == "W2" ? "tensor, gen or aug" : "tensor or gen"));
+  if (seeding != "per-worker" && seeding != "per-task")
+    throw UsageError("--seeding must be per-worker (PyTorch's base_seed + k per worker; default but for W5) or "
+                     "per-task (W5's default), got '" + seeding + "'");
+  if (!w5 && (!o.root.empty() || o.decode_scaling))
+    throw UsageError("--root and --decode-scaling are W5's (JPEG files)");
+  if (w5 && !o.root.empty() && o.n)
+    throw UsageError("--n: with --root, W5's N is the number of files in the folder");
+  if (o.kill_worker_after < 0) throw UsageError("--kill-worker-after must be >= 0");
+  if (o.kill_worker_after > 0 && (wl.iterable || workers == 0 || o.max_worker_restarts < 1))
+    throw UsageError("--kill-worker-after: a map-style workload with --workers >= 1 and --max-worker-restarts >= 1 "
+                     "(the killed worker is restarted and its batches loaded again)");
   const int resume_workers = static_cast<int>(o.resume_workers.value_or(o.workers));
   if (resume_workers < 0) throw UsageError("--resume-workers must be >= 0");
 
@@ -552,14 +624,30 @@ int run_bench(const BenchOptions& o) {
   mem.start();
   const std::string tag = std::string(wl.name) + "/" + variant + "/w" + std::to_string(workers) +
                           (persistent ? "/persistent" : "") + (o.sampler != "random" ? "/" + o.sampler : "") +
-                          (o.seeding != "per-worker" ? "/" + o.seeding : "");
+                          (seeding != (w5 ? "per-task" : "per-worker") ? "/" + seeding : "") +
+                          (o.decode_scaling ? "/decode-scaling" : "");
 
   // ---- the dataset (materialisation is not timed)
   auto t_setup = Clock::now();
   std::unique_ptr<bench::MaterializedFile> file;
   std::shared_ptr<Dataset> map_ds;
   std::shared_ptr<IterableDataset> iter_ds;
-  if (wl.iterable) {
+  std::string w5_root;
+  bench::W5Files w5_files;
+  if (w5) {
+    // The folder: --root, or the generated one (made once, then reused from the cache).
+    w5_root = !o.root.empty() ? o.root : w5_generated_folder(n);
+    try {
+      map_ds = bench::make_w5_dataset(w5_root, variant, o.decode_scaling);
+    } catch (const Error& e) {
+      throw RuntimeError("W5: cannot use the image folder " + w5_root + ": " + e.what());
+    }
+    w5_files = bench::w5_files(*map_ds);
+    if (o.root.empty() && (map_ds->size() != n || w5_files.label_sum != generated_label_sum(n, bench::kW5Classes)))
+      throw RuntimeError("W5: the cached folder " + w5_root + " holds " + std::to_string(map_ds->size()) +
+                         " images, not the " + std::to_string(n) + " it was made with: remove it (it is made again)");
+    n = map_ds->size();
+  } else if (wl.iterable) {
     iter_ds = make_iterable_dataset(
         {wl.dataset_type, Value::dict({{"n", n}, {"variant", variant}, {"batch_size", b}})});
   } else {
@@ -584,7 +672,7 @@ int run_bench(const BenchOptions& o) {
   opts.in_order = !no_in_order;
   opts.timeout = timeout;
   opts.max_worker_restarts = restarts;
-  opts.worker_seeding = o.seeding == "per-task" ? WorkerSeeding::PerTask : WorkerSeeding::PerWorker;
+  opts.worker_seeding = seeding == "per-task" ? WorkerSeeding::PerTask : WorkerSeeding::PerWorker;
   if (o.ranks > 0) {
     const int status = run_elastic(map_ds, opts, o, tag);
     mem.stop();
@@ -593,7 +681,10 @@ int run_bench(const BenchOptions& o) {
   std::unique_ptr<DataLoader> dl = wl.iterable ? std::make_unique<DataLoader>(iter_ds, opts)
                                                : std::make_unique<DataLoader>(map_ds, opts);
 
-  const int64_t want_sum = wl.iterable ? n * (n - 1) / 2 : bench::label_sum(n);
+  const int64_t want_sum = wl.iterable ? n * (n - 1) / 2 : w5 ? w5_files.label_sum : bench::label_sum(n);
+  // W5's random crops and flips, and W2 aug's flips, leave byte sums nearly as they were:
+  // their checksum weighs each byte by its position.
+  const bool position_sum = aug || w5;
   const int64_t want_batches = expected_batches(wl, n, b, workers);
   const double payload = static_cast<double>(n) * static_cast<double>(wl.bytes_per_sample);
   int status = 0;
@@ -602,6 +693,7 @@ int run_bench(const BenchOptions& o) {
     mem.sample_now();
     int64_t total = 0, samples = 0, batches = 0, first_n = 0;
     uint64_t checksum = 0;
+    int killed_pid = 0;
     double first_s = 0;
     bool batch_pinned = false;
     const double sampler_cpu0 = mem.thread_cpu_s();
@@ -621,7 +713,14 @@ int run_bench(const BenchOptions& o) {
           batch_pinned = (wl.iterable ? labels : (*batch)[0].to_tensor()).is_pinned();
         }
         ++batches;
-        if (verify) checksum += static_cast<uint64_t>(batches) * (aug ? batch_position_sum : batch_byte_sum)(*batch);
+        if (verify)
+          checksum += static_cast<uint64_t>(batches) * (position_sum ? batch_position_sum : batch_byte_sum)(*batch);
+        if (o.kill_worker_after > 0 && batches == o.kill_worker_after) {
+          // A worker dies mid-epoch: the pool restarts it and loads its batches again
+          // (with per-task seeding, the same bytes).
+          const std::vector<int> pids = it.worker_pids();
+          if (!pids.empty() && pids[0] > 0 && ::kill(pids[0], SIGKILL) == 0) killed_pid = pids[0];
+        }
       }
       stages = it.stats();
     }
@@ -707,7 +806,24 @@ int run_bench(const BenchOptions& o) {
     j["setup_s"] = setup_s;
     j["quick"] = quick;
     j["verify"] = verify;
-    if (verify) j["checksum_kind"] = aug ? "position-weighted bytes" : "bytes";
+    if (verify) j["checksum_kind"] = position_sum ? "position-weighted bytes" : "bytes";
+    j["seeding"] = seeding;
+    if (o.kill_worker_after > 0) {
+      int64_t worker_restarts = 0;
+      for (const auto& w : stages.workers) worker_restarts += w.restarts;
+      j["killed_worker_pid"] = killed_pid;
+      j["worker_restarts"] = worker_restarts;
+    }
+    if (w5) {
+      // JPEG bytes read per second, and the folder.
+      j["root"] = w5_root;
+      j["generated"] = o.root.empty();
+      j["decode_scaling"] = o.decode_scaling;
+      j["jpeg_bytes"] = w5_files.bytes;
+      j["jpeg_MB_per_s"] = static_cast<double>(w5_files.bytes) / epoch_s / 1e6;
+      j["images_per_s"] = static_cast<double>(samples) / epoch_s;
+      j["classes"] = w5_files.classes;
+    }
     std::cout << j.dump() << std::endl;
 
     std::ostringstream line;
@@ -716,6 +832,8 @@ int run_bench(const BenchOptions& o) {
          << std::setprecision(1) << payload / epoch_s / 1e6 << " MB/s, first batch " << std::setprecision(2)
          << first_s * 1e3 << " ms, epoch " << epoch_s * 1e3 << " ms, tree RSS " << std::setprecision(0)
          << run.rss_mb << " MB";
+    if (w5) line << ", JPEG " << std::setprecision(1) << static_cast<double>(w5_files.bytes) / epoch_s / 1e6 << " MB/s";
+    if (killed_pid > 0) line << ", killed worker " << killed_pid;
     if (verify) line << ", checksum " << checksum;
     std::cerr << line.str() << std::endl;
     if (!j["ok"].get<bool>()) {
@@ -739,7 +857,8 @@ int run_bench(const BenchOptions& o) {
     };
     status = run_checkpoint(make, want_batches, o.checkpoint_at,
                             resume_workers == workers ? tag : tag + "->w" + std::to_string(resume_workers), workers,
-                            resume_workers, opts.in_order || wl.iterable, aug ? batch_position_sum : batch_byte_sum);
+                            resume_workers, opts.in_order || wl.iterable,
+                            position_sum ? batch_position_sum : batch_byte_sum);
   }
   mem.stop();
   return status;
@@ -751,8 +870,9 @@ void add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Run a standard workload (bench/WORKLOADS.md) through the DataLoader: "
                                           "one JSON line per epoch on stdout");
   auto o = std::make_shared<BenchOptions>();
-  auto* workload = cmd->add_option("--workload", o->workload, "W1, W2, W3 or W4");
-  cmd->add_option("--variant", o->variant, "tensor or gen (W1-W3; default tensor), gen or batched (W4; default gen)");
+  auto* workload = cmd->add_option("--workload", o->workload, "W1, W2, W3, W4 or W5");
+  cmd->add_option("--variant", o->variant, "tensor or gen (W1-W3; default tensor), gen or batched (W4; default gen), "
+                                           "train or eval (W5's transform; default train)");
   cmd->add_option("--workers", o->workers, "num_workers (default 0)")->check(kInt64);
   cmd->add_option("--epochs", o->epochs, "epochs (default 3, --quick 2)")->check(kInt64);
   cmd->add_option("--n", o->n, "dataset length (default: the workload's)")->check(kInt64);
@@ -783,8 +903,16 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--sampler", o->sampler,
                   "W1-W3: random (RandomSampler, PyTorch's order; default) or index-shuffle (IndexShuffleSampler: "
                   "O(1) resume)");
+  cmd->add_option("--root", o->root,
+                  "W5: an image folder (ImageFolder layout; default: a generated one of --n images, made once by "
+                  "`loader images make` into ~/.cache/loader or $LOADER_CACHE_DIR)");
+  cmd->add_flag("--decode-scaling", o->decode_scaling, "W5: JPEG DCT-scaled decoding where a crop shrinks 2x or more");
+  cmd->add_option("--kill-worker-after", o->kill_worker_after,
+                  "SIGKILL worker 0 after this many batches of every epoch (needs --max-worker-restarts >= 1)")
+      ->check(kInt64);
   cmd->add_option("--seeding", o->seeding,
-                  "worker_seeding: per-worker (PyTorch's base_seed + k; default) or per-task (seeded from base_seed "
+                  "worker_seeding: per-worker (PyTorch's base_seed + k; default but for W5) or per-task (W5's default; "
+                  "seeded from base_seed "
                   "and the batch's index in the epoch: the same batches for any --workers)");
   cmd->add_option("--resume-workers", o->resume_workers,
                   "--checkpoint: the resumed loader's num_workers, loaded with strict=false (default --workers)")

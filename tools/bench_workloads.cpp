@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -21,6 +22,7 @@
 #include "loader/batch_copy.h"
 #include "loader/error.h"
 #include "loader/generator.h"
+#include "loader/image/image_folder.h"
 #include "loader/worker_info.h"
 
 namespace loader::bench {
@@ -32,6 +34,7 @@ const WorkloadInfo kWorkloads[] = {
     {"W2", 20000, 20000, 2000, 64, false, kImageBytes + 8, "bench_w2"},
     {"W3", 5000, 5000, 500, 64, false, kImageBytes * 4 + 8, "bench_w3"},
     {"W4", 1000000, 250000, 50000, 256, true, 8, "bench_w4"},
+    {"W5", 3000, 3000, 640, 64, false, kImageBytes * 4 + 8, "image_folder"},
 };
 
 // W3 constants (WORKLOADS.md): M = 255 * ImageNet mean, R = (float)(1 / (255 * std)).
@@ -47,7 +50,7 @@ const WorkloadInfo& workload_info(const std::string& name) {
   for (auto& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   for (const auto& w : kWorkloads)
     if (up == w.name) return w;
-  throw ValueError("unknown workload '" + name + "': expected W1, W2, W3 or W4 (defined in bench/WORKLOADS.md of the loader repository)");
+  throw ValueError("unknown workload '" + name + "': expected W1, W2, W3, W4 or W5 (defined in bench/WORKLOADS.md of the loader repository)");
 }
 
 int64_t label_sum(int64_t n) {
@@ -539,9 +542,35 @@ std::shared_ptr<Dataset> make_bench_dataset(const std::string& workload, int64_t
                                             const std::string& path) {
   const auto& info = workload_info(workload);
   if (info.iterable) throw ValueError("make_bench_dataset: " + workload + " is an iterable workload");
+  if (std::string(info.name) == "W5") throw ValueError("make_bench_dataset: W5 is made by make_w5_dataset");
   std::vector<std::pair<Value, Value>> params = {{Value("n"), Value(n)}, {Value("variant"), Value(variant)}};
   if (!path.empty()) params.emplace_back(Value("path"), Value(path));
   return make_dataset({info.dataset_type, Value::dict(std::move(params))});
+}
+
+// ------------------------------------------------------------------ W5
+std::shared_ptr<Dataset> make_w5_dataset(const std::string& root, const std::string& transform, bool decode_scaling) {
+  if (transform != "train" && transform != "eval")
+    throw ValueError("W5: transform must be train or eval, got '" + transform + "'");
+  return make_dataset({"image_folder", Value::dict({{"root", root},
+                                                    {"transform", transform},
+                                                    {"size", int64_t{224}},
+                                                    {"decode_scaling", decode_scaling}})});
+}
+
+W5Files w5_files(const Dataset& dataset) {
+  const auto* images = dynamic_cast<const image::ImageDataset*>(&dataset);
+  if (!images) throw TypeError("w5_files: not an image dataset (make it with make_w5_dataset)");
+  W5Files f;
+  std::error_code ec;
+  for (const auto& s : images->samples()) {
+    const auto size = std::filesystem::file_size(s.path, ec);
+    if (ec) throw RuntimeError("W5: cannot stat " + s.path + ": " + ec.message());
+    f.bytes += static_cast<int64_t>(size);
+    f.label_sum += s.target;
+    f.classes = std::max(f.classes, s.target + 1);
+  }
+  return f;
 }
 
 }  // namespace loader::bench

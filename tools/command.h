@@ -54,5 +54,11 @@ void add_pt_commands(CLI::App& app);         // pt_cmd.cpp: pt dump, pt copy
 void add_sampler_commands(CLI::App& app);    // sampler_cmd.cpp: sampler ..., split
 void add_bench_command(CLI::App& app);       // bench_cmd.cpp: bench
 void add_gpu_check_command(CLI::App& app);   // gpu_cmd.cpp: gpu-check
+/// images_cmd.cpp: the `images` group with `images list` and `images get`; it then calls
+/// add_images_make_commands(images) for the subcommands another file adds to the group.
+void add_images_commands(CLI::App& app);
+/// images_make_cmd.cpp: `images make`, `images export` (added to the group `images`).
+/// images_cmd.cpp holds a weak empty definition, used while no other file defines it.
+void add_images_make_commands(CLI::App* images);
 
 }  // namespace loader::tool

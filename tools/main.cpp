@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   add_sampler_commands(app);
   add_bench_command(app);
   add_gpu_check_command(app);
+  add_images_commands(app);
 
   try {
     app.parse(argc, argv);

@@ -7,6 +7,7 @@
 
 #include "loader/error.h"
 #include "loader/idx.h"
+#include "loader/image/image_folder.h"
 
 namespace loader {
 
@@ -160,4 +161,7 @@ void register_fashion_mnist() {
 // built-in types of this library, without a static initialiser that a static link
 // would drop.  loader::loader links with --undefined=loader_datasets_register_builtins,
 // which keeps this object file in every program that links the package.
-extern "C" void loader_datasets_register_builtins() { loader::register_fashion_mnist(); }
+extern "C" void loader_datasets_register_builtins() {
+  loader::register_fashion_mnist();
+  loader::image::register_image_datasets();  // "image_folder", "image_list"
+}

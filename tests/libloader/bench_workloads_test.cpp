@@ -217,7 +217,8 @@ TEST(BenchWorkloads, RejectsOutOfRangeIndexAndMismatchedDataFile) {
   EXPECT_THROW(lb::make_bench_dataset("W2", 100, "tensor", file.path()), loader::ValueError);
   EXPECT_THROW(lb::make_bench_dataset("W1", 100, "tensor"), loader::ValueError);
   EXPECT_THROW(lb::make_bench_dataset("W1", 100, "pickled"), loader::ValueError);
-  EXPECT_THROW(lb::workload_info("W5"), loader::ValueError);
+  EXPECT_THROW(lb::workload_info("W6"), loader::ValueError);
+  EXPECT_THROW(lb::make_bench_dataset("W5", 100, "gen"), loader::ValueError);  // make_w5_dataset makes W5
 }
 
 TEST(BenchWorkloads, FastPathBatchEqualsDefaultCollateOfGet) {

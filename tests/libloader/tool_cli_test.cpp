@@ -21,7 +21,7 @@ CommandResult tool(const std::string& args) { return run_command(shell_quote(kTo
 TEST(ToolCli, HelpAtEveryLevel) {
   REQUIRE_TOOL();
   const std::pair<const char*, std::vector<const char*>> cases[] = {
-      {"--help", {"Usage: loader", "pt", "sampler", "split", "bench", "gpu-check", "--version"}},
+      {"--help", {"Usage: loader", "pt", "sampler", "split", "bench", "gpu-check", "images", "--version"}},
       {"pt --help", {"Usage: loader pt", "dump", "copy"}},
       {"pt dump --help", {"Usage: loader pt dump", "FILE", "--max-values", "--all-values", "--indent"}},
       {"pt copy -h", {"Usage: loader pt copy", "IN", "OUT", "--legacy-format", "--no-byteorder", "--archive-name"}},
@@ -52,7 +52,7 @@ TEST(ToolCli, VersionIsTheProjectVersion) {
 TEST(ToolCli, BadArgumentsExitTwoWithCli11sMessage) {
   REQUIRE_TOOL();
   const std::pair<const char*, const char*> cases[] = {
-      {"", "A subcommand (pt, sampler, split, bench, gpu-check) is required"},
+      {"", "A subcommand (pt, sampler, split, bench, gpu-check, images) is required"},
       {"nonsense", "not expected: nonsense"},
       {"pt", "A subcommand (dump, copy) is required"},
       {"pt nonsense x.pt", "not expected"},
