@@ -35,7 +35,7 @@ if [ -z "$log" ]; then
 fi
 
 scripts/setup.sh
-BUILD_DIR="$BUILD_DIR" scripts/build.sh
+BUILD_DIR="$BUILD_DIR" scripts/build.sh fashion_mnist_train loader_tool
 if [ ! -d "$IMAGES_DIR/train" ] || [ ! -d "$IMAGES_DIR/test" ]; then
   rm -rf "$IMAGES_DIR"
   "$BUILD_DIR/loader" images export --dataset fashion-mnist --out "$IMAGES_DIR"
