@@ -362,9 +362,13 @@ __attribute__((target("avx2"))) void horizontal3_avx2_p(const uint8_t* src, int6
     const uint8_t* in1 = in0 + src_stride;
     uint8_t* out0 = dst + y * dst_stride;
     uint8_t* out1 = out0 + dst_stride;
+    // Outputs [0, safe) load inside the buffer (first[] never decreases); the row's last
+    // output and any past `safe` take the scalar loop.
+    int64_t safe = n - 1;
+    while (safe > 0 && end - (in1 + static_cast<int64_t>(c.first[static_cast<size_t>(safe - 1)]) * 3) < reach) --safe;
     for (int64_t o = 0; o < n; ++o) {
       const int64_t off = static_cast<int64_t>(c.first[static_cast<size_t>(o)]) * 3;
-      if (end - (in1 + off) < reach || o == n - 1) {
+      if (o >= safe) {
         const int32_t* k = &c.k[static_cast<size_t>(o * ksize)];
         horizontal3_scalar_px(in0 + off, k, ksize, out0 + o * 3);
         horizontal3_scalar_px(in1 + off, k, ksize, out1 + o * 3);
@@ -440,12 +444,15 @@ __attribute__((target("avx2"))) void vertical_avx2(const uint8_t* src, int64_t s
       const uint8_t* row = base + i;
       for (int y = 0; y < cnt; ++y, row += src_stride) {
         const __m256i w = _mm256_set1_epi32(k[y]);
-        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row));
-        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16));
-        a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(lo), w));
-        a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), w));
-        a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(hi), w));
-        a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), w));
+        // 8-byte loads: each folds into its vpmovzxbd.
+        const auto* r8 = reinterpret_cast<const __m128i*>(row);
+        a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(r8)), w));
+        a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                         reinterpret_cast<const __m128i*>(row + 8))), w));
+        a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                         reinterpret_cast<const __m128i*>(row + 16))), w));
+        a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                         reinterpret_cast<const __m128i*>(row + 24))), w));
       }
       a0 = _mm256_srai_epi32(a0, kPrecisionBits);
       a1 = _mm256_srai_epi32(a1, kPrecisionBits);
