@@ -8,6 +8,11 @@
 
 #include "loader/error.h"
 
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define LOADER_RESAMPLE_AVX2 1
+#include <immintrin.h>
+#endif
+
 namespace loader::image {
 
 // ------------------------------------------------------------------ torch's float32 math
@@ -283,9 +288,202 @@ void horizontal_k(const uint8_t* src, int64_t src_stride, int64_t rows, const Co
   }
 }
 
+#ifdef LOADER_RESAMPLE_AVX2
+// AVX2 forms of the passes (runtime dispatch; the scalar ones stay the fallback).  The
+// same integer sums as Pillow's (exact in any order: no overflow in 32 bits), the same
+// rounding and clipping (arithmetic shift, then packs / packus saturate to 0..255).
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+
+// RGB, every output with c.ksize taps: two taps per step, 8 bytes loaded (pixels x, x+1
+// and 2 bytes of x+2) into 8 int32 lanes [r0 g0 b0 r1 g1 b1 . .] times [k0 k0 k0 k1 k1 k1
+// 0 0]; two rows at a time (independent sums to overlap, one coefficient load for both).
+// `end`: the end of the source buffer; an output whose loads would pass it (the last
+// pixels of the buffer's last row) takes the scalar loop.
+inline void horizontal3_scalar_px(const uint8_t* p, const int32_t* k, int ksize, uint8_t* out) {
+  int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
+  for (int x = 0; x < ksize; ++x) {
+    s0 += static_cast<int32_t>(p[3 * x]) * k[x];
+    s1 += static_cast<int32_t>(p[3 * x + 1]) * k[x];
+    s2 += static_cast<int32_t>(p[3 * x + 2]) * k[x];
+  }
+  out[0] = clip8(s0);
+  out[1] = clip8(s1);
+  out[2] = clip8(s2);
+}
+
+template <int P>
+__attribute__((target("avx2"), always_inline)) inline __m256i h3_sum(const uint8_t* p, const __m256i* v,
+                                                                     __m256i acc) {
+  for (int j = 0; j < P; ++j) {
+    const __m256i px = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 6 * j)));
+    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, _mm256_loadu_si256(v + j)));
+  }
+  return acc;
+}
+
+__attribute__((target("avx2"), always_inline)) inline __m256i h3_sum_n(const uint8_t* p, const __m256i* v,
+                                                                       __m256i acc, int pairs) {
+  for (int j = 0; j < pairs; ++j) {
+    const __m256i px = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 6 * j)));
+    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(px, _mm256_loadu_si256(v + j)));
+  }
+  return acc;
+}
+
+// Lanes 0..2: the sums of both taps' r, g, b, shifted (not yet clipped).
+__attribute__((target("avx2"), always_inline)) inline __m128i h3_finish(__m256i acc, __m256i fold) {
+  acc = _mm256_add_epi32(acc, _mm256_permutevar8x32_epi32(acc, fold));
+  return _mm_srai_epi32(_mm256_castsi256_si128(acc), kPrecisionBits);
+}
+
+#define LOADER_AVX2_LAMBDA __attribute__((target("avx2"), always_inline))
+
+template <int P>
+__attribute__((target("avx2"))) void horizontal3_avx2_p(const uint8_t* src, int64_t src_stride, int64_t rows,
+                                                        const Coeffs& c, uint8_t* dst, int64_t dst_stride,
+                                                        const uint8_t* end, const int32_t* kv) {
+  const int64_t n = static_cast<int64_t>(c.first.size());
+  const int ksize = c.ksize;
+  const int pairs = P > 0 ? P : (ksize + 1) / 2;
+  const int64_t reach = int64_t{6} * (pairs - 1) + 8;  // bytes read from an output's first pixel
+  const __m256i fold = _mm256_setr_epi32(3, 4, 5, 6, 6, 6, 6, 6);
+  const __m256i round = _mm256_setr_epi32(1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
+                                          1 << (kPrecisionBits - 1), 0, 0, 0, 0, 0);
+  const auto sum = [=](const uint8_t* p, const __m256i* v) LOADER_AVX2_LAMBDA {
+    return P > 0 ? h3_sum<P>(p, v, round) : h3_sum_n(p, v, round, pairs);
+  };
+  const auto finish = [=](__m256i acc) LOADER_AVX2_LAMBDA { return h3_finish(acc, fold); };
+  int64_t y = 0;
+  for (; y + 2 <= rows; y += 2) {
+    const uint8_t* in0 = src + y * src_stride;
+    const uint8_t* in1 = in0 + src_stride;
+    uint8_t* out0 = dst + y * dst_stride;
+    uint8_t* out1 = out0 + dst_stride;
+    // Outputs [0, safe) load inside the buffer (first[] never decreases); the row's last
+    // output and any past `safe` take the scalar loop.
+    int64_t safe = n - 1;
+    while (safe > 0 && end - (in1 + static_cast<int64_t>(c.first[static_cast<size_t>(safe - 1)]) * 3) < reach) --safe;
+    for (int64_t o = 0; o < n; ++o) {
+      const int64_t off = static_cast<int64_t>(c.first[static_cast<size_t>(o)]) * 3;
+      if (o >= safe) {
+        const int32_t* k = &c.k[static_cast<size_t>(o * ksize)];
+        horizontal3_scalar_px(in0 + off, k, ksize, out0 + o * 3);
+        horizontal3_scalar_px(in1 + off, k, ksize, out1 + o * 3);
+        continue;
+      }
+      const auto* v = reinterpret_cast<const __m256i*>(kv + o * pairs * 8);
+      const __m128i s0 = finish(sum(in0 + off, v));
+      const __m128i s1 = finish(sum(in1 + off, v));
+      // [r g b . r' g' b' .] as bytes; the 4th byte of each store is the next output's
+      // first, written after (the last output of a row takes the scalar loop above).
+      const __m128i b = _mm_packus_epi16(_mm_packs_epi32(s0, s1), s0);
+      const uint32_t w0 = static_cast<uint32_t>(_mm_cvtsi128_si32(b));
+      const uint32_t w1 = static_cast<uint32_t>(_mm_extract_epi32(b, 1));
+      std::memcpy(out0 + o * 3, &w0, 4);
+      std::memcpy(out1 + o * 3, &w1, 4);
+    }
+  }
+  for (; y < rows; ++y) {
+    const uint8_t* in = src + y * src_stride;
+    uint8_t* out = dst + y * dst_stride;
+    for (int64_t o = 0; o < n; ++o) {
+      const int64_t off = static_cast<int64_t>(c.first[static_cast<size_t>(o)]) * 3;
+      if (end - (in + off) < reach || o == n - 1) {
+        horizontal3_scalar_px(in + off, &c.k[static_cast<size_t>(o * ksize)], ksize, out + o * 3);
+        continue;
+      }
+      const __m128i s = finish(sum(in + off, reinterpret_cast<const __m256i*>(kv + o * pairs * 8)));
+      const __m128i b = _mm_packus_epi16(_mm_packs_epi32(s, s), s);
+      const uint32_t w = static_cast<uint32_t>(_mm_cvtsi128_si32(b));
+      std::memcpy(out + o * 3, &w, 4);
+    }
+  }
+}
+
+void horizontal3_avx2(const uint8_t* src, int64_t src_stride, int64_t rows, const Coeffs& c, uint8_t* dst,
+                      int64_t dst_stride, const uint8_t* end) {
+  const int64_t n = static_cast<int64_t>(c.first.size());
+  const int ksize = c.ksize;
+  const int pairs = (ksize + 1) / 2;
+  std::vector<int32_t> kv(static_cast<size_t>(n * pairs * 8));
+  for (int64_t o = 0; o < n; ++o) {
+    const int32_t* k = &c.k[static_cast<size_t>(o * ksize)];
+    int32_t* v = &kv[static_cast<size_t>(o * pairs * 8)];
+    for (int j = 0; j < pairs; ++j) {
+      const int32_t a = k[2 * j], b = 2 * j + 1 < ksize ? k[2 * j + 1] : 0;
+      const int32_t lane[8] = {a, a, a, b, b, b, 0, 0};
+      std::memcpy(v + j * 8, lane, sizeof lane);
+    }
+  }
+  switch (pairs) {
+    case 2: return horizontal3_avx2_p<2>(src, src_stride, rows, c, dst, dst_stride, end, kv.data());
+    case 3: return horizontal3_avx2_p<3>(src, src_stride, rows, c, dst, dst_stride, end, kv.data());
+    case 4: return horizontal3_avx2_p<4>(src, src_stride, rows, c, dst, dst_stride, end, kv.data());
+    case 5: return horizontal3_avx2_p<5>(src, src_stride, rows, c, dst, dst_stride, end, kv.data());
+    default: return horizontal3_avx2_p<0>(src, src_stride, rows, c, dst, dst_stride, end, kv.data());
+  }
+}
+
+// Vertical pass over `len` bytes per row (any channel count: the same weight for a whole
+// row), 16 bytes per step.
+__attribute__((target("avx2"))) void vertical_avx2(const uint8_t* src, int64_t src_stride, int64_t len,
+                                                   const Coeffs& c, uint8_t* dst, int64_t dst_stride) {
+  const int64_t n = static_cast<int64_t>(c.first.size());
+  const __m256i round = _mm256_set1_epi32(1 << (kPrecisionBits - 1));
+  for (int64_t o = 0; o < n; ++o) {
+    const int32_t* k = &c.k[static_cast<size_t>(o * c.ksize)];
+    const uint8_t* base = src + static_cast<int64_t>(c.first[static_cast<size_t>(o)]) * src_stride;
+    const int cnt = c.count[static_cast<size_t>(o)];
+    uint8_t* out = dst + o * dst_stride;
+    int64_t i = 0;
+    for (; i + 32 <= len; i += 32) {
+      __m256i a0 = round, a1 = round, a2 = round, a3 = round;
+      const uint8_t* row = base + i;
+      for (int y = 0; y < cnt; ++y, row += src_stride) {
+        const __m256i w = _mm256_set1_epi32(k[y]);
+        // 8-byte loads: each folds into its vpmovzxbd.
+        const auto* r8 = reinterpret_cast<const __m128i*>(row);
+        a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(r8)), w));
+        a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                         reinterpret_cast<const __m128i*>(row + 8))), w));
+        a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                         reinterpret_cast<const __m128i*>(row + 16))), w));
+        a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                                         reinterpret_cast<const __m128i*>(row + 24))), w));
+      }
+      a0 = _mm256_srai_epi32(a0, kPrecisionBits);
+      a1 = _mm256_srai_epi32(a1, kPrecisionBits);
+      a2 = _mm256_srai_epi32(a2, kPrecisionBits);
+      a3 = _mm256_srai_epi32(a3, kPrecisionBits);
+      // packs / packus work within 128-bit lanes: [a0l a1l a0h a1h] -> reorder the 64-bit
+      // quarters after each.
+      const __m256i p01 = _mm256_permute4x64_epi64(_mm256_packs_epi32(a0, a1), 0xD8);
+      const __m256i p23 = _mm256_permute4x64_epi64(_mm256_packs_epi32(a2, a3), 0xD8);
+      const __m256i b = _mm256_permute4x64_epi64(_mm256_packus_epi16(p01, p23), 0xD8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), b);
+    }
+    for (; i < len; ++i) {
+      int32_t s = 1 << (kPrecisionBits - 1);
+      const uint8_t* row = base + i;
+      for (int y = 0; y < cnt; ++y) s += static_cast<int32_t>(row[y * src_stride]) * k[y];
+      out[i] = clip8(s);
+    }
+  }
+}
+#endif
+
 template <int C>
 void horizontal(const uint8_t* src, int64_t src_stride, int64_t rows, const Coeffs& c, uint8_t* dst,
-                int64_t dst_stride) {
+                int64_t dst_stride, const uint8_t* src_end) {
+#ifdef LOADER_RESAMPLE_AVX2
+  if (C == 3 && c.uniform && have_avx2())
+    return horizontal3_avx2(src, src_stride, rows, c, dst, dst_stride, src_end);
+#else
+  (void)src_end;
+#endif
   if (c.uniform) {
     switch (c.ksize) {
       case 3: return horizontal_k<C, 3>(src, src_stride, rows, c, dst, dst_stride);
@@ -303,6 +501,9 @@ void horizontal(const uint8_t* src, int64_t src_stride, int64_t rows, const Coef
 template <int C>
 void vertical(const uint8_t* src, int64_t src_stride, int64_t width, const Coeffs& c, uint8_t* dst,
               int64_t dst_stride) {
+#ifdef LOADER_RESAMPLE_AVX2
+  if (have_avx2()) return vertical_avx2(src, src_stride, width * C, c, dst, dst_stride);
+#endif
   const int64_t n = static_cast<int64_t>(c.first.size());
   std::vector<int32_t> acc(static_cast<size_t>(width * C));
   for (int64_t o = 0; o < n; ++o) {
@@ -348,17 +549,18 @@ Image resample_t(const Image& src, const Axis& ax, const Axis& ay) {
     row_last = ay.out_end;
   }
   const uint8_t* src0 = src.data() + (ay.lo + row_first) * src_stride + ax.lo * C;
+  const uint8_t* src_end = src.data() + src.height * src_stride;
   const uint8_t* mid = nullptr;
   int64_t mid_stride = 0;
   Image tmp;
   if (need_h) {
     const Coeffs cx = precompute(ax);
     if (!need_v) {
-      horizontal<C>(src0, src_stride, out_h, cx, out.data(), out_w * C);
+      horizontal<C>(src0, src_stride, out_h, cx, out.data(), out_w * C, src_end);
       return out;
     }
     tmp = Image(row_last - row_first, out_w, C);
-    horizontal<C>(src0, src_stride, row_last - row_first, cx, tmp.data(), out_w * C);
+    horizontal<C>(src0, src_stride, row_last - row_first, cx, tmp.data(), out_w * C, src_end);
     mid = tmp.data();
     mid_stride = out_w * C;
   } else {
