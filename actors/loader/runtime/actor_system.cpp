@@ -37,7 +37,8 @@ using StealingCoordinator = caf::scheduler::coordinator<caf::policy::work_steali
 
 /// The clock thread of CAF's coordinator is a private member; the guarded scheduler must
 /// join it when the coordinator's start failed after starting it.  Naming a private
-/// member in an explicit instantiation is allowed ([temp.spec]/6), and this is the one
+/// member in an explicit instantiation is allowed (C++17 [temp.explicit]: access is not
+/// checked for the names an explicit instantiation uses), and this is the one
 /// place that does: ClockThread{} yields &coordinator::timer_.
 struct ClockThread {
   using type = std::thread StealingCoordinator::*;
