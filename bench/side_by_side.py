@@ -1092,19 +1092,27 @@ def main():
     report(args, recs, out_md, plot_files)
 
 
-def measure(args, only):
-    """Runs everything; returns the records (also written, one JSON line each, to args.raw)."""
-    t_all = time.perf_counter()
-    info = machine()
-    busy_start = busy_processes()
-    log(f"machine: {info}; busy at start: {busy_start or 'none'}")
-    raw = open(args.raw, "w")
+def record_sink(path):
+    """The raw file (closed by the caller), the records kept, and keep(rec): appends a record
+    to both, one JSON line each, flushed at once (a run cut short keeps what it measured)."""
+    raw = open(path, "w")
     recs = []
 
     def keep(rec):
         raw.write(json.dumps(rec) + "\n")
         raw.flush()
         recs.append(rec)
+
+    return raw, recs, keep
+
+
+def measure(args, only):
+    """Runs everything; returns the records (also written, one JSON line each, to args.raw)."""
+    t_all = time.perf_counter()
+    info = machine()
+    busy_start = busy_processes()
+    log(f"machine: {info}; busy at start: {busy_start or 'none'}")
+    raw, recs, keep = record_sink(args.raw)
 
     mc = run_memcpy(args)
     keep({"side": "memcpy", "workload": "-", "variant": "-", "workers": 0,
@@ -1309,13 +1317,7 @@ def w5_measure(args):
     if not os.access(w5_probe_path(args), os.X_OK):
         raise SystemExit(f"{w5_probe_path(args)} not found: build it (cmake --build BUILD --target jpeg_decode_probe) "
                          "or pass --probe")
-    raw = open(args.raw, "w")
-    recs = []
-
-    def keep(rec):
-        raw.write(json.dumps(rec) + "\n")
-        raw.flush()
-        recs.append(rec)
+    raw, recs, keep = record_sink(args.raw)
 
     threads = sorted({max(1, w) for w in args.workers_list})
     for rnd in range(args.rounds):

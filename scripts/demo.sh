@@ -10,12 +10,13 @@
 #   scripts/demo.sh --epochs 5 --workers 0    # extra arguments go to the trainer
 #   scripts/demo.sh --out /tmp/model.pt       # /tmp/model.{pt,jsonl,png}
 #
-# BUILD_DIR picks the build directory (default: build).
+# BUILD_DIR picks the build directory (default: build); DEMO_OUT the default --out
+# (scripts/demo_images.sh sets it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 
-out=fashion_mlp.pt
+out=${DEMO_OUT:-fashion_mlp.pt}
 log=
 prev=
 for a in "$@"; do

@@ -19,23 +19,8 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 IMAGES_DIR=${IMAGES_DIR:-fashion_mnist_png}
 
-out=fashion_mlp_images.pt
-log=
-prev=
-for a in "$@"; do
-  [ "$prev" = "--out" ] && out=$a
-  [ "$prev" = "--log" ] && log=$a
-  case $a in --out=*) out=${a#--out=} ;; --log=*) log=${a#--log=} ;; esac
-  prev=$a
-done
-log_args=()
-if [ -z "$log" ]; then
-  log=${out%.pt}.jsonl
-  log_args=(--log "$log")
-fi
-
 scripts/setup.sh
-BUILD_DIR="$BUILD_DIR" scripts/build.sh fashion_mnist_train loader_tool
+BUILD_DIR="$BUILD_DIR" scripts/build.sh loader_tool
 if [ ! -d "$IMAGES_DIR/train" ] || [ ! -d "$IMAGES_DIR/test" ]; then
   rm -rf "$IMAGES_DIR"
   "$BUILD_DIR/loader" images export --dataset fashion-mnist --out "$IMAGES_DIR"
@@ -45,16 +30,5 @@ if /usr/bin/python3 -c 'import torchvision, PIL' 2>/dev/null; then
 else
   echo "(torchvision not found: skipped checking $IMAGES_DIR with torchvision.datasets.ImageFolder)"
 fi
-"$BUILD_DIR/demos/fashion_mnist_train" --image-folder "$IMAGES_DIR" --epochs 15 --workers 2 --out "$out" \
-  "${log_args[@]}" "$@"
-echo "checkpoint written to $(realpath "$out")"
-if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
-  /usr/bin/python3 scripts/plot_training.py "$log" --out "${log%.jsonl}.png"
-else
-  echo "(matplotlib not found: the training log $log was not plotted; apt-get install python3-matplotlib)"
-fi
-if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-  /usr/bin/python3 demos/check_checkpoint.py "$out"
-else
-  echo "(PyTorch not found: skipped loading the checkpoint in PyTorch; see demos/check_checkpoint.py)"
-fi
+# The training, its log, plot and PyTorch check are the tensor demo's, on the folders.
+BUILD_DIR="$BUILD_DIR" DEMO_OUT=${DEMO_OUT:-fashion_mlp_images.pt} scripts/demo.sh --image-folder "$IMAGES_DIR" "$@"
