@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <utility>
 
 #include "image_test_util.h"
 #include "loader/generator.h"
@@ -388,6 +391,187 @@ TEST(ImageTransforms, DecodeScalingKeepsTheDrawsAndStaysClose) {
   loader::Generator g3(9), g4(9);
   EXPECT_THROW(rr.load(u8(half), half.size(), scaled, g3, "half", nullptr), loader::ValueError);
   EXPECT_EQ(g3.random(), g4.random());
+}
+
+// The two codes of the resampling passes (set_resample_avx2): the AVX2 passes, which run
+// by default on this project's machines, and the scalar passes, the fallback of CPUs
+// without AVX2.  Both compute the same 32-bit integer sums (exact in any order), the same
+// rounding and clipping, so they must give the same bytes, not just close ones.
+struct ResamplePath {
+  explicit ResamplePath(bool avx2) { loader::image::set_resample_avx2(avx2); }
+  ~ResamplePath() { loader::image::set_resample_avx2(true); }
+  ResamplePath(const ResamplePath&) = delete;
+  ResamplePath& operator=(const ResamplePath&) = delete;
+};
+
+bool cpu_has_avx2() {
+  loader::image::set_resample_avx2(true);
+  return loader::image::resample_avx2();
+}
+
+std::vector<uint8_t> tensor_bytes(const loader::Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+  return std::vector<uint8_t>(p, p + t.nbytes());
+}
+std::vector<uint8_t> image_bytes_of(const Image& img) { return std::vector<uint8_t>(img.data(), img.data() + img.bytes()); }
+
+// Every golden case that resamples (transforms.json: Pillow's resizes, torchvision's
+// pipelines as uint8 and float32, the geometry steps, the sequences), once per path: each
+// path equals the golden bytes, and the two paths equal each other.
+TEST(ImageTransforms, ScalarResampleEqualsAvx2AndPillow) {
+  const bool avx2 = cpu_has_avx2();
+  if (!avx2) std::printf("[ImageTransforms] this CPU has no AVX2: both runs take the scalar passes\n");
+  const auto g = image_json("transforms.json");
+  std::vector<std::vector<uint8_t>> outputs[2];  // [0] scalar, [1] the default (AVX2 here)
+  for (int path = 0; path < 2; ++path) {
+    ResamplePath use(path == 1);
+    ASSERT_EQ(loader::image::resample_avx2(), path == 1 && avx2);
+    SCOPED_TRACE(path == 1 ? "default (AVX2) passes" : "scalar passes");
+    auto& out = outputs[path];
+    for (const auto& c : g["resize"]) {
+      const std::string mode = c["mode"];
+      SCOPED_TRACE("resize " + mode + " box " + c["box"].dump() + " size " + c["size"].dump());
+      const Image src = decode_golden("rgb420_big.jpg", mode == "L" ? ColorMode::L : ColorMode::RGB);
+      const auto& bx = c["box"];
+      const CropBox box{bx[1].get<int64_t>(), bx[0].get<int64_t>(), bx[3].get<int64_t>() - bx[1].get<int64_t>(),
+                        bx[2].get<int64_t>() - bx[0].get<int64_t>()};
+      out.push_back(image_bytes_of(
+          loader::image::resize_bilinear(src, box, c["size"][1].get<int64_t>(), c["size"][0].get<int64_t>())));
+      EXPECT_EQ(out.back(), base64_decode(c["pixels"].get<std::string>()));
+    }
+    for (const auto& c : g["pipelines"]) {
+      const std::string file = c["file"], preset = c["preset"];
+      const uint64_t seed = c["seed"];
+      const int64_t size = c["size"];
+      SCOPED_TRACE(file + " " + preset + "(" + std::to_string(size) + ") seed " + std::to_string(seed));
+      const Image img = decode_golden(file);
+      loader::Generator gen(seed);
+      out.push_back(chw_to_hwc(geometric(preset, size)(img, gen)));
+      EXPECT_EQ(out.back(), base64_decode(c["uint8_hwc"].get<std::string>()));
+      if (c.contains("float32_chw")) {
+        loader::Generator gen2(seed);
+        out.push_back(tensor_bytes(Compose::preset(preset, size)(img, gen2)));
+        EXPECT_EQ(out.back(), base64_decode(c["float32_chw"].get<std::string>())) << "float32 output differs";
+      }
+    }
+    const std::map<std::string, std::vector<TransformStep>> steps = {
+        {"Resize(10,max_size=12)", {TransformStep::resize(10, 12)}},
+        {"Resize((9,50))", {TransformStep::resize_to(9, 50)}},
+        {"Resize(21)", {TransformStep::resize(21)}},
+        {"Resize(40)+CenterCrop(50)", {TransformStep::resize(40), TransformStep::center_crop(50)}},
+        {"CenterCrop(30)+Resize(12)", {TransformStep::center_crop(30), TransformStep::resize(12)}},
+        {"Resize(12)+Resize(30)", {TransformStep::resize(12), TransformStep::resize(30)}},
+    };
+    size_t geometry = 0;
+    for (const auto& c : g["geometry"]) {
+      auto it = steps.find(c["transform"].get<std::string>());
+      if (it == steps.end()) continue;  // the crops alone do not resample
+      SCOPED_TRACE(it->first);
+      auto s = it->second;
+      s.push_back(TransformStep::pil_to_tensor());
+      loader::Generator gen(0);
+      out.push_back(chw_to_hwc(Compose(s)(decode_golden("rgb420.jpg"), gen)));
+      EXPECT_EQ(out.back(), base64_decode(c["uint8_hwc"].get<std::string>()));
+      ++geometry;
+    }
+    EXPECT_EQ(geometry, steps.size());
+    for (const auto& c : g["sequences"]) {
+      loader::Generator gen(c["seed"].get<uint64_t>());
+      const Compose tr({TransformStep::random_resized_crop(c["size"].get<int64_t>()),
+                        TransformStep::random_horizontal_flip(), TransformStep::pil_to_tensor()});
+      for (size_t i = 0; i < c["files"].size(); ++i) {
+        SCOPED_TRACE("sequence " + c["files"][i].get<std::string>() + " seed " + c["seed"].dump());
+        out.push_back(chw_to_hwc(tr(decode_golden(c["files"][i]), gen)));
+        EXPECT_EQ(out.back(), base64_decode(c["uint8_hwc"][i].get<std::string>()));
+      }
+    }
+  }
+  ASSERT_EQ(outputs[0].size(), outputs[1].size());
+  EXPECT_GE(outputs[0].size(), 18u + 24u + 4u + 6u + 8u);
+  size_t differ = 0;
+  for (size_t i = 0; i < outputs[0].size(); ++i) differ += outputs[0][i] != outputs[1][i];
+  EXPECT_EQ(differ, 0u) << "of " << outputs[0].size() << " outputs differ between the scalar and the AVX2 passes";
+}
+
+// The golden images are small (at most 97 x 61); the paths also agree on ImageNet-sized
+// ones, where the AVX2 passes take every branch: RandomResizedCrop(224) boxes as W5 draws
+// them, shrinks by up to 25x (filters of up to 51 taps: the generic pair loop), upscales
+// (3 taps), boxes that end on the image's last row and column (the loads the AVX2
+// horizontal pass must not make past the buffer), one-axis resizes, RGB and L, and the
+// float32 train / eval pipelines.  The pixels are noise with saturated patches (the
+// clipping at 0 and 255).
+Image noise_image(int64_t h, int64_t w, int64_t channels, uint32_t seed) {
+  Image img(h, w, channels);
+  uint32_t state = seed;
+  for (size_t i = 0; i < img.bytes(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    const uint32_t r = state >> 8;
+    const int64_t y = static_cast<int64_t>(i) / (w * channels);
+    const int64_t x = static_cast<int64_t>(i) / channels % w;
+    const bool patch = ((y / 16) + (x / 16)) % 5 == 0;
+    img.data()[i] = patch ? ((y / 16) % 2 ? 255 : 0) : static_cast<uint8_t>(r & 0xff);
+  }
+  return img;
+}
+
+TEST(ImageTransforms, ScalarResampleEqualsAvx2OnLargeImages) {
+  if (!cpu_has_avx2()) GTEST_SKIP() << "this CPU has no AVX2: there is only the scalar path";
+  struct Case {
+    std::string what;
+    std::function<std::vector<uint8_t>()> run;
+  };
+  std::vector<Case> cases;
+  for (int64_t channels : {3, 1}) {
+    for (const auto& [h, w] : {std::pair<int64_t, int64_t>{375, 500}, {500, 333}}) {
+      const Image img = noise_image(h, w, channels, static_cast<uint32_t>(h * 7 + channels));
+      const std::string name = std::to_string(h) + "x" + std::to_string(w) + "x" + std::to_string(channels) + " ";
+      auto resize = [&cases, img, name](CropBox b, int64_t oh, int64_t ow) {
+        cases.push_back({name + "box (" + std::to_string(b.top) + ", " + std::to_string(b.left) + ", " +
+                             std::to_string(b.height) + ", " + std::to_string(b.width) + ") to " + std::to_string(oh) +
+                             "x" + std::to_string(ow),
+                         [=] { return image_bytes_of(loader::image::resize_bilinear(img, b, oh, ow)); }});
+      };
+      const CropBox all{0, 0, h, w};
+      for (const auto& [oh, ow] : std::vector<std::pair<int64_t, int64_t>>{
+               {224, 224}, {256, 341}, {h / 2, w / 2}, {h / 3, w / 3}, {20, 17}, {15, 20}, {1, 1}, {3, 2},
+               {h, w / 4}, {h / 4, w}, {h + 1, w - 1}, {2 * h, 3 * w / 2}, {h, w}})
+        resize(all, oh, ow);
+      // Boxes that end on the last row and column, small and large, shrunk and enlarged.
+      for (int64_t k : {1, 2, 5, 9, 30, 120})
+        for (int64_t out : {1, 7, 224}) resize(CropBox{h - k, w - k, k, k}, out, out);
+      resize(CropBox{h - 40, 0, 40, w}, 224, 224);
+      resize(CropBox{0, w - 40, h, 40}, 224, 224);
+      // RandomResizedCrop(224)'s boxes, as the W5 workload draws them.
+      loader::Generator gen(channels * 1000 + h);
+      for (int k = 0; k < 40; ++k)
+        resize(loader::image::random_resized_crop_params(h, w, {{0.08, 1.0}}, {{3.0 / 4.0, 4.0 / 3.0}}, gen), 224, 224);
+      if (channels == 3)
+        for (const char* preset : {"train", "eval"})
+          for (uint64_t seed : {0u, 1u, 2u, 3u, 4u}) {
+            const Compose tr = Compose::preset(preset, 224);
+            cases.push_back({name + preset + " seed " + std::to_string(seed), [=] {
+                               loader::Generator g(seed);
+                               return tensor_bytes(tr(img, g));
+                             }});
+          }
+    }
+  }
+  std::vector<std::vector<uint8_t>> scalar, avx2;
+  {
+    ResamplePath use(false);
+    for (const auto& c : cases) scalar.push_back(c.run());
+  }
+  for (const auto& c : cases) avx2.push_back(c.run());
+  size_t differ = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].what);
+    ASSERT_EQ(scalar[i].size(), avx2[i].size());
+    const Diff d = byte_diff(scalar[i].data(), avx2[i].data(), scalar[i].size());
+    EXPECT_EQ(d.differing, 0u) << "bytes differ between the scalar and the AVX2 passes, max " << d.max;
+    differ += d.differing != 0;
+  }
+  EXPECT_GT(cases.size(), 300u);
+  EXPECT_EQ(differ, 0u) << "of " << cases.size() << " cases";
 }
 
 TEST(ImageTransforms, LoadIntoChecksTheShape) {

@@ -1,6 +1,7 @@
 #include "loader/image/transforms.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -296,6 +297,9 @@ bool have_avx2() {
   static const bool yes = __builtin_cpu_supports("avx2");
   return yes;
 }
+// set_resample_avx2(false) clears it (tests run both paths in one process).
+std::atomic<bool> avx2_allowed{true};
+bool use_avx2() { return avx2_allowed.load(std::memory_order_relaxed) && have_avx2(); }
 
 // RGB, every output with c.ksize taps: two taps per step, 8 bytes loaded (pixels x, x+1
 // and 2 bytes of x+2) into 8 int32 lanes [r0 g0 b0 r1 g1 b1 . .] times [k0 k0 k0 k1 k1 k1
@@ -479,7 +483,7 @@ template <int C>
 void horizontal(const uint8_t* src, int64_t src_stride, int64_t rows, const Coeffs& c, uint8_t* dst,
                 int64_t dst_stride, const uint8_t* src_end) {
 #ifdef LOADER_RESAMPLE_AVX2
-  if (C == 3 && c.uniform && have_avx2())
+  if (C == 3 && c.uniform && use_avx2())
     return horizontal3_avx2(src, src_stride, rows, c, dst, dst_stride, src_end);
 #else
   (void)src_end;
@@ -502,7 +506,7 @@ template <int C>
 void vertical(const uint8_t* src, int64_t src_stride, int64_t width, const Coeffs& c, uint8_t* dst,
               int64_t dst_stride) {
 #ifdef LOADER_RESAMPLE_AVX2
-  if (have_avx2()) return vertical_avx2(src, src_stride, width * C, c, dst, dst_stride);
+  if (use_avx2()) return vertical_avx2(src, src_stride, width * C, c, dst, dst_stride);
 #endif
   const int64_t n = static_cast<int64_t>(c.first.size());
   std::vector<int32_t> acc(static_cast<size_t>(width * C));
@@ -609,6 +613,22 @@ Image resize_bilinear(const Image& image, const CropBox& box, int64_t out_height
                      std::to_string(out_width));
   return resample(image, exact_axis(box.left, box.width, out_width, 0, out_width),
                   exact_axis(box.top, box.height, out_height, 0, out_height));
+}
+
+void set_resample_avx2(bool allowed) noexcept {
+#ifdef LOADER_RESAMPLE_AVX2
+  avx2_allowed.store(allowed, std::memory_order_relaxed);
+#else
+  (void)allowed;
+#endif
+}
+
+bool resample_avx2() noexcept {
+#ifdef LOADER_RESAMPLE_AVX2
+  return use_avx2();
+#else
+  return false;
+#endif
 }
 
 // ------------------------------------------------------------------ TransformStep

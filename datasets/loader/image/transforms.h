@@ -165,6 +165,19 @@ inline Image resize_bilinear(const Image& image, int64_t out_height, int64_t out
   return resize_bilinear(image, CropBox{0, 0, image.height, image.width}, out_height, out_width);
 }
 
+/// Which code runs the two resampling passes (resize_bilinear and every pipeline).  Both
+/// compute Pillow's integer sums with the same rounding and clipping, so they give the same
+/// bytes; tests/libloader/image_transforms_test.cpp (ImageTransforms.ScalarResampleEquals*)
+/// checks it.  By default the AVX2 passes run when the CPU has AVX2 (asked once, at run
+/// time), the portable scalar passes otherwise.  set_resample_avx2(false) forces the scalar
+/// passes in this process (not in worker processes, which start with the default);
+/// set_resample_avx2(true) restores the default (it cannot enable AVX2 on a CPU without
+/// it).  Process-wide: call it while no transform runs (tests, benchmarks).
+void set_resample_avx2(bool allowed) noexcept;
+/// Whether the AVX2 passes run now: false after set_resample_avx2(false), on a CPU without
+/// AVX2, or in a build for another architecture.
+bool resample_avx2() noexcept;
+
 /// How load() decodes.
 struct LoadOptions {
   /// mode and max_image_pixels (scale_denom is chosen by decode_scaling, not read here).
