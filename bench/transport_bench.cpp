@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "proc_util.h"
+#include "loader/runtime/frames.h"
 #include "loader/runtime/os/child_process.h"
 #include "loader/runtime/actor_system.h"
 #include "loader/runtime/protocol.h"

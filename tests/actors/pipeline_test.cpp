@@ -17,7 +17,8 @@
 #include <vector>
 
 #include "deterministic_system.h"
-#include "loader/runtime/pipeline.h"
+#include "loader/runtime/frames.h"
+#include "loader/runtime/parent/pipeline.h"
 #include "loader/runtime/rng_state_page.h"
 #include "loader/runtime/parent/pool_actor.h"
 #include "loader/samplers.h"
@@ -44,16 +45,16 @@ class ScriptedLink final : public Link {
   bool send(FrameType type, const std::string& body, int fd) override {
     if (inc_->stopped) return false;
     if (type == FrameType::Rings) {  // map the rings as the worker loop does
-      Reader in(body);
+      const RingsFrame r = RingsFrame::decode(body);
       RingLayout layout;
-      layout.capacity = in.u64();
-      layout.workers = static_cast<int>(in.u64());
-      const int index = static_cast<int>(in.u64());
-      const auto generation = static_cast<uint32_t>(in.u64());
+      layout.capacity = r.capacity;
+      layout.workers = static_cast<int>(r.workers);
       inc_->rings_mapping = ShmMapping(UniqueFd(dup(fd)), layout.bytes());
-      inc_->ring = std::make_unique<WorkerRingEnd>(inc_->rings_mapping.data(), layout, index, generation);
+      inc_->ring = std::make_unique<WorkerRingEnd>(inc_->rings_mapping.data(), layout, static_cast<int>(r.index),
+                                                   static_cast<uint32_t>(r.generation));
     }
-    if (type == FrameType::StatePage) inc_->state_mapping = ShmMapping(UniqueFd(dup(fd)), Reader(body).u64());
+    if (type == FrameType::StatePage)
+      inc_->state_mapping = ShmMapping(UniqueFd(dup(fd)), StatePageFrame::decode(body).size);
     inc_->socket.push_back(Frame{type, body, UniqueFd()});
     return true;
   }
@@ -77,14 +78,8 @@ struct Got {
 };
 
 Got parse_task(const Frame& f, bool from_ring) {
-  Reader in(f.body);
-  Got g;
-  g.task = in.u64();
-  g.slab = in.u64();
-  const uint64_t n = in.u64();
-  for (uint64_t i = 0; i < n; ++i) g.indices.push_back(static_cast<int64_t>(in.u64()));
-  g.from_ring = from_ring;
-  return g;
+  TaskFrame t = TaskFrame::decode(f.body);
+  return Got{t.task, t.slab, std::move(t.indices), from_ring};
 }
 
 class PipelineScripted : public ::testing::Test {
@@ -164,7 +159,7 @@ class PipelineScripted : public ::testing::Test {
     };
     auto read_socket = [&] {
       const Frame& f = inc.socket.at(inc.socket_read++);
-      if (f.type == FrameType::AddSlab) inc.mapped.insert(Reader(f.body).u64());
+      if (f.type == FrameType::AddSlab) inc.mapped.insert(AddSlabFrame::decode(f.body).id);
       if (f.type == FrameType::Task) run(parse_task(f, false));
       else if (before) before->push_back(f.type);
     };

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "deterministic_system.h"
-#include "loader/runtime/pipeline.h"
+#include "loader/runtime/parent/pipeline.h"
 #include "loader/runtime/parent/pool_actor.h"
 #include "loader/runtime/parent/slot_actor.h"
 

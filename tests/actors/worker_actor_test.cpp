@@ -18,6 +18,7 @@
 #include "loader/error.h"
 #include "loader/runtime/batch_codec.h"
 #include "loader/runtime/child/worker_actor.h"
+#include "loader/runtime/frames.h"
 #include "loader/runtime/rng_state_page.h"
 #include "loader/runtime/os/shm.h"
 #include "loader/runtime/wire.h"
@@ -289,19 +290,9 @@ int drive_a_worker(bool in_process, FrameLog& log, std::unique_ptr<WorkerLink>& 
   EXPECT_TRUE(link->send(FrameType::Init, config(10, /*fail_at=*/8)));
   log.wait_for(FrameType::Ready);
   auto seg = ShmSegment::create(1 << 16);
-  std::string add;
-  put_u64(add, 5);
-  put_u64(add, seg->size());
-  EXPECT_TRUE(link->send(FrameType::AddSlab, add, seg->fd()));
-  for (uint64_t task : {0, 1}) {
-    std::string t;
-    put_u64(t, task);
-    put_u64(t, 5);
-    put_u64(t, 2);
-    put_u64(t, task == 0 ? 3 : 8);
-    put_u64(t, 2);
-    EXPECT_TRUE(link->send(FrameType::Task, t));
-  }
+  EXPECT_TRUE(link->send(FrameType::AddSlab, AddSlabFrame{5, seg->size()}.encode(), seg->fd()));
+  for (uint64_t task : {0, 1})
+    EXPECT_TRUE(link->send(FrameType::Task, TaskFrame{task, 5, {task == 0 ? 3 : 8, 2}}.encode()));
   WorkerReply r = decode_reply(static_cast<uint8_t>(FrameType::Result), log.wait_for(FrameType::Result).body);
   EXPECT_EQ(r.task, 0u);
   EXPECT_EQ(column(r, seg, 1), (std::vector<int64_t>{9, 4}));

@@ -18,6 +18,7 @@
 #include "loader/runtime/os/shm.h"
 #include "loader/runtime/wire.h"
 #include "loader/runtime/child/worker_core.h"
+#include "loader/runtime/frames.h"
 #include "loader/worker_info.h"
 
 namespace loader::runtime {
@@ -361,22 +362,6 @@ TEST(WorkerCore, ResumingTheStreamOfADatasetWithoutStateHooksNamesTheDataset) {
   }
 }
 
-TEST(StreamFrames, StreamStartAndResumeStreamRoundTrip) {
-  StreamStart with{std::string("\0rng\xff", 5), std::string("state\0", 6)};
-  StreamStart without{"rng", std::nullopt};
-  for (const StreamStart& s : {with, without}) {
-    auto [task, d] = decode_stream_start(encode_stream_start(77, s));
-    EXPECT_EQ(task, 77u);
-    EXPECT_EQ(d.rng, s.rng);
-    EXPECT_EQ(d.state, s.state);
-  }
-  StreamResume r{"rng", std::string("\0s", 2), 12};
-  StreamResume d = decode_stream_resume(encode_stream_resume(r));
-  EXPECT_EQ(d.rng, r.rng);
-  EXPECT_EQ(d.state, r.state);
-  EXPECT_EQ(d.skip, r.skip);
-}
-
 TEST(WorkerCore, UnknownDatasetTypeIsAClearInitError) {
   WorkerConfig c = probe_config();
   c.dataset = DatasetHandle{"no_such_dataset_type", Value::dict({})};
@@ -440,50 +425,6 @@ TEST(WorkerConfig, RoundTripsThroughAValue) {
   EXPECT_EQ(d.per_task_seeding, c.per_task_seeding);
   EXPECT_EQ(d.base_seed, c.base_seed);
   EXPECT_EQ(d.task_base, c.task_base);
-}
-
-TEST(WorkerReply, EveryKindRoundTripsThroughItsFrame) {
-  WorkerReply result;
-  result.kind = WorkerReply::Kind::Result;
-  result.task = 3;
-  result.slab = 9;
-  result.bytes = 4096;
-  result.payload = std::string("\0payload\xff", 9);
-  result.busy_ns = 123456789;
-  WorkerReply need;
-  need.kind = WorkerReply::Kind::Need;
-  need.task = 4;
-  need.bytes = 1 << 20;
-  WorkerReply error;
-  error.kind = WorkerReply::Kind::Error;
-  error.task = 5;
-  error.error_type = "KeyError";
-  error.error_message = "Caught KeyError in DataLoader worker process 1.\n...";
-  error.busy_ns = 42;
-  WorkerReply end;
-  end.kind = WorkerReply::Kind::IterEnd;
-  end.task = 6;
-  for (const WorkerReply& r : {result, need, error, end}) {
-    auto [type, body] = encode_reply(r);
-    WorkerReply d = decode_reply(type, body);
-    EXPECT_EQ(d.kind, r.kind);
-    EXPECT_EQ(d.task, r.task);
-    if (r.kind == WorkerReply::Kind::Result) {
-      EXPECT_EQ(d.slab, r.slab);
-      EXPECT_EQ(d.bytes, r.bytes);
-      EXPECT_EQ(d.payload, r.payload);
-      EXPECT_EQ(d.busy_ns, r.busy_ns);
-    }
-    if (r.kind == WorkerReply::Kind::Need) {
-      EXPECT_EQ(d.bytes, r.bytes);
-    }
-    if (r.kind == WorkerReply::Kind::Error) {
-      EXPECT_EQ(d.error_type, r.error_type);
-      EXPECT_EQ(d.error_message, r.error_message);
-      EXPECT_EQ(d.busy_ns, r.busy_ns);
-    }
-  }
-  EXPECT_THROW(decode_reply(static_cast<uint8_t>(FrameType::Task), std::string(8, '\0')), RuntimeError);
 }
 
 }  // namespace

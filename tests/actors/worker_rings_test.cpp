@@ -182,7 +182,7 @@ TEST(WorkerRings, AWorkerAsleepOnItsTaskRingWakesForATaskASocketFrameAndTheClose
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     rings.socket_frames_coming(0, 1, 1);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    rings.close_all();
+    rings.close(0);
   });
   EXPECT_TRUE(wait_for([&] { return end.take_task(f, before); }));
   EXPECT_EQ(f.body, "task");

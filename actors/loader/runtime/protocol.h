@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "loader/runtime/parent/worker_lifecycle.h"  // WorkerExit (link k's down message)
+#include "loader/runtime/worker_exit.h"  // link k's down message
 
 namespace loader::runtime {
 

@@ -218,12 +218,10 @@ void WorkerRings::socket_frames_coming(int k, uint32_t generation, uint64_t n) {
   ring_doorbell(h.bell);
 }
 
-void WorkerRings::close_all() {
-  for (int k = 0; k < layout_.workers; ++k) {
-    RingHeader& h = tasks(k).header();
-    h.closed.store(1, std::memory_order_seq_cst);
-    ring_doorbell(h.bell);
-  }
+void WorkerRings::close(int k) {
+  RingHeader& h = tasks(k).header();
+  h.closed.store(1, std::memory_order_seq_cst);
+  ring_doorbell(h.bell);
 }
 
 uint32_t WorkerRings::prepare_sleep() { return bell_prepare_sleep(*bell_); }

@@ -200,10 +200,10 @@ class WorkerRings {
   /// `n` more socket frames are being written to worker `k`'s incarnation
   /// `generation`: said before the writes, so that the worker reads while a frame
   /// larger than the socket's buffer is written (said after, both would wait on the
-  /// other).  Called by the one thread that writes its socket (under Slot::flush_mu).
+  /// other).  Called by the one thread that writes its socket (ShmTransport::flush, under its transport's owner lock).
   void socket_frames_coming(int k, uint32_t generation, uint64_t n);
-  /// Every worker: the main process closes its links (the worker loop ends).
-  void close_all();
+  /// Worker `k`: the main process closes its link (the worker loop ends).
+  void close(int k);
   /// Bumps the doorbell (an in-process event the application thread may need).
   void ring() { ring_doorbell(*bell_); }
   /// The doorbell: its sequence moves whenever a worker publishes (any thread).

@@ -2,8 +2,7 @@
 
 #include <poll.h>
 
-#include "loader/runtime/wire.h"
-#include "loader/runtime/child/worker_core.h"
+#include "loader/runtime/frames.h"
 #include "loader/runtime/worker_rings.h"
 
 namespace loader::runtime {
@@ -15,9 +14,7 @@ bool Uplink::peer_gone() const {
 }
 
 bool Uplink::hello() {
-  std::string body;
-  put_u64(body, static_cast<uint64_t>(pid_));
-  return write_frame(sock_, FrameType::Hello, body);
+  return write_frame(sock_, FrameType::Hello, PidFrame{pid_}.encode());
 }
 
 void Uplink::result(const WorkerReply& r) {
@@ -31,9 +28,7 @@ void Uplink::result(const WorkerReply& r) {
 
 void Uplink::ready() {
   if (status_) return;
-  std::string body;
-  put_u64(body, static_cast<uint64_t>(pid_));
-  if (!write_frame(sock_, FrameType::Ready, body)) broken();
+  if (!write_frame(sock_, FrameType::Ready, PidFrame{pid_}.encode())) broken();
 }
 
 void Uplink::stream_start(uint64_t task, const StreamStart& start) {
@@ -48,11 +43,7 @@ void Uplink::fatal(const std::string& type, const std::string& message, const st
 }
 
 bool Uplink::write_error(int sock, const std::string& type, const std::string& message, const std::string& when) {
-  std::string body;
-  put_string(body, type);
-  put_string(body, message);
-  if (!when.empty()) put_string(body, when);
-  return write_frame(sock, FrameType::InitError, body);
+  return write_frame(sock, FrameType::InitError, InitErrorFrame{type, message, when}.encode());
 }
 
 }  // namespace loader::runtime

@@ -51,17 +51,6 @@ struct WorkerConfig {
   static WorkerConfig from_value(const Value& v);
 };
 
-/// The frame a worker process sends for a reply, and its inverse.
-std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r);
-/// Parses a Result/Need/TaskError/IterEnd frame body (`type` as in wire.h).
-WorkerReply decode_reply(uint8_t type, const std::string& body);
-/// The StreamStart frame's body (how the stream answering `task` began), and its inverse.
-std::string encode_stream_start(uint64_t task, const StreamStart& start);
-std::pair<uint64_t, StreamStart> decode_stream_start(const std::string& body);
-/// The ResumeStream frame's body, and its inverse.
-std::string encode_stream_resume(const StreamResume& resume);
-StreamResume decode_stream_resume(const std::string& body);
-
 class WorkerCore {
  public:
   /// Throws loader::Error when the dataset cannot be built or worker_init_fn fails.

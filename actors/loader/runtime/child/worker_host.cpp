@@ -11,6 +11,7 @@
 #include "loader/runtime/child/uplink_actor.h"
 #include "loader/runtime/child/worker_actor.h"
 #include "loader/runtime/child/worker_core.h"
+#include "loader/runtime/frames.h"
 #include "loader/runtime/os/os_error.h"
 #include "loader/runtime/rng_state_page.h"
 
@@ -79,28 +80,21 @@ int WorkerHost::protocol_error(const std::string& what) {
 }
 
 int WorkerHost::deliver_frame(Frame& f) {
-  Reader in(f.body);
+  // Every body is read by its frame type (frames.h), which checks it.
   switch (f.type) {
     case FrameType::Task: {
-      task_msg t;
-      t.task_idx = in.u64();
-      t.slab = in.u64();
-      const uint64_t n = in.u64();
-      if (n > in.remaining() / 8) throw RuntimeError("Task frame with a bad index count");
-      t.indices.resize(n);
-      for (auto& i : t.indices) i = static_cast<int64_t>(in.u64());
-      exec_.send(worker_, std::move(t));
+      TaskFrame t = TaskFrame::decode(f.body);
+      exec_.send(worker_, task_msg{t.task, std::move(t.indices), t.slab});
       break;
     }
     case FrameType::UseSlab: {
-      const uint64_t task = in.u64();
-      const uint64_t slab = in.u64();
-      exec_.send(worker_, use_slab_atom::value, task, slab);
+      const UseSlabFrame u = UseSlabFrame::decode(f.body);
+      exec_.send(worker_, use_slab_atom::value, u.task, u.slab);
       break;
     }
     case FrameType::Init: exec_.send(worker_, init_atom::value, std::move(f.body)); break;
     case FrameType::StatePage: {
-      const uint64_t size = in.u64();
+      const uint64_t size = StatePageFrame::decode(f.body).size;
       if (!f.fd || size < RngStatePage::bytes_for(1) || size > RngStatePage::bytes_for(RngStatePage::kMaxBeforeSlots))
         throw RuntimeError("StatePage frame without a usable page");
       state_mapping_ = ShmMapping(std::move(f.fd), size);
@@ -108,39 +102,32 @@ int WorkerHost::deliver_frame(Frame& f) {
       break;
     }
     case FrameType::Rings: {
+      const RingsFrame r = RingsFrame::decode(f.body);
+      if (!f.fd) throw RuntimeError("Rings frame without a descriptor");
       RingLayout layout;
-      layout.capacity = in.u64();
-      const uint64_t workers = in.u64();
-      const uint64_t index = in.u64();
-      const uint64_t generation = in.u64();
-      if (!f.fd || workers == 0 || workers > 1u << 16 || index >= workers || layout.capacity < 4096 ||
-          layout.capacity > (uint64_t{1} << 30))
-        throw RuntimeError("Rings frame without usable rings");
-      layout.workers = static_cast<int>(workers);
+      layout.capacity = r.capacity;
+      layout.workers = static_cast<int>(r.workers);
       rings_mapping_ = ShmMapping(std::move(f.fd), layout.bytes());
-      ring_ = std::make_unique<WorkerRingEnd>(rings_mapping_.data(), layout, static_cast<int>(index),
-                                              static_cast<uint32_t>(generation));
+      ring_ = std::make_unique<WorkerRingEnd>(rings_mapping_.data(), layout, static_cast<int>(r.index),
+                                              static_cast<uint32_t>(r.generation));
       uplink_.set_ring(ring_.get());
       break;
     }
     case FrameType::SetRng: {
-      const uint64_t task = in.u64();
-      if (in.remaining() != Generator::kStateBytes) throw RuntimeError("SetRng frame of the wrong size");
-      exec_.send(worker_, set_rng_atom::value, task, std::string(in.pos(), Generator::kStateBytes));
+      SetRngFrame s = SetRngFrame::decode(f.body);
+      exec_.send(worker_, set_rng_atom::value, s.task, std::move(s.state));
       break;
     }
     case FrameType::AddSlab: {
-      const uint64_t id = in.u64();
-      const uint64_t size = in.u64();
+      const AddSlabFrame a = AddSlabFrame::decode(f.body);
       if (!f.fd) throw RuntimeError("AddSlab frame without a descriptor");
-      if (size == 0) throw RuntimeError("AddSlab frame of an empty slab");
-      ShmMapping m(std::move(f.fd), size);
-      exec_.send(worker_, slab_atom::value, id, address_of(m), uint64_t{m.size()});
-      slabs_[id] = std::move(m);
+      ShmMapping m(std::move(f.fd), a.size);
+      exec_.send(worker_, slab_atom::value, a.id, address_of(m), uint64_t{m.size()});
+      slabs_[a.id] = std::move(m);
       break;
     }
     case FrameType::DropSlab: {
-      const uint64_t id = in.u64();
+      const uint64_t id = DropSlabFrame::decode(f.body).id;
       exec_.send(worker_, slab_atom::value, id, uint64_t{0}, uint64_t{0});
       exec_.run();  // the actor forgets the slab before it is unmapped
       slabs_.erase(id);
@@ -148,9 +135,8 @@ int WorkerHost::deliver_frame(Frame& f) {
     }
     case FrameType::Epoch: exec_.send(worker_, epoch_atom::value); break;
     case FrameType::TaskSeeds: {
-      const uint64_t base_seed = in.u64();
-      const uint64_t task_base = in.u64();
-      exec_.send(worker_, seeds_atom::value, base_seed, task_base);
+      const TaskSeedsFrame s = TaskSeedsFrame::decode(f.body);
+      exec_.send(worker_, seeds_atom::value, s.base_seed, s.task_base);
       break;
     }
     case FrameType::ResumeStream: {

@@ -19,16 +19,16 @@
 
 #include "loader/error.h"
 #include "loader/runtime/os/os_error.h"
-#include "loader/runtime/parent/worker_lifecycle.h"
 
 extern char** environ;
 
 namespace loader::runtime {
 
 std::string ExitStatus::describe() const {
-  using Kind = WorkerExit::Kind;
-  return WorkerExit{collected_elsewhere ? Kind::StatusLost : signaled ? Kind::Signal : Kind::ExitCode, code, ""}
-      .describe();
+  if (collected_elsewhere) return "exited, status collected elsewhere";
+  if (!signaled) return "exited with status " + std::to_string(code);
+  const char* name = strsignal(code);
+  return "killed by signal: " + std::string(name ? name : "signal") + " (" + std::to_string(code) + ")";
 }
 
 namespace {

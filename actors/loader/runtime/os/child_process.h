@@ -22,7 +22,7 @@ struct ExitStatus {
   /// SIGCHLD (the kernel reaps children itself) or another thread's waitpid(-1)
   /// took it.  `signaled` and `code` are then unknown.
   bool collected_elsewhere = false;
-  std::string describe() const;  ///< "killed by signal: Killed (SIGKILL, 9)" / "exited with status 3"
+  std::string describe() const;  ///< "killed by signal: Killed (9)" / "exited with status 3"
 };
 
 class ChildProcess {

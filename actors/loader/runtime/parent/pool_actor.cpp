@@ -1,6 +1,6 @@
 #include "loader/runtime/parent/pool_actor.h"
 
-#include "loader/runtime/pipeline.h"
+#include "loader/runtime/parent/pipeline.h"
 
 namespace loader::runtime {
 

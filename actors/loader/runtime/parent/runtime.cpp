@@ -14,7 +14,7 @@
 #include "loader/runtime/batch_codec.h"
 #include "loader/runtime/checkpoint.h"
 #include "loader/runtime/epoch.h"
-#include "loader/runtime/pipeline.h"
+#include "loader/runtime/parent/pipeline.h"
 #include "loader/runtime/parent/pool.h"
 #include "loader/runtime/parent/pool_actor.h"
 #include "loader/runtime/protocol.h"

@@ -32,26 +32,9 @@
 #include <vector>
 
 #include "loader/fetch.h"
+#include "loader/runtime/worker_exit.h"
 
 namespace loader::runtime {
-
-/// How a worker process ended (or why it is considered dead), in PyTorch's words.
-struct WorkerExit {
-  /// StatusLost: the process is gone but its exit status went elsewhere (the
-  /// program ignores SIGCHLD or reaps with waitpid(-1)).
-  enum class Kind { Signal, ExitCode, Frozen, ClosedLink, StartFailed, StatusLost } kind = Kind::ClosedLink;
-  int code = 0;            ///< signal number or exit status
-  std::string detail;      ///< extra words (e.g. why a start failed)
-  int pid = -1;            ///< the process that went down, when its link knows it
-  /// A SIGKILL while its memory cgroup counted an OOM kill (WorkerLink, oom.h), and the
-  /// counts that say so.
-  bool oom_killed = false;
-  std::string oom_evidence = {};
-  /// PyTorch's sentence: "DataLoader worker (pid 12) is killed by signal: Killed."
-  std::string pytorch_sentence(int pid) const;
-  /// Short form for warnings: "killed by signal: Killed (SIGKILL, 9)".
-  std::string describe() const;
-};
 
 /// A task sent to the worker and not answered yet.
 struct HeldTask {

@@ -32,18 +32,10 @@
 #include "loader/runtime/os/child_process.h"
 #include "loader/runtime/os/oom.h"
 #include "loader/runtime/wire.h"
-#include "loader/runtime/parent/worker_lifecycle.h"
+#include "loader/runtime/parent/worker_transport.h"
+#include "loader/runtime/worker_exit.h"
 
 namespace loader::runtime {
-
-/// What a link reports; implemented by the pipeline.  Called on the link's reader thread.
-class LinkEvents {
- public:
-  virtual ~LinkEvents() = default;
-  virtual void on_frame(int worker, uint32_t gen, Frame& frame) = 0;
-  /// The incarnation is gone; `how` says how (its process is reaped already).
-  virtual void on_down(int worker, uint32_t gen, const WorkerExit& how) = 0;
-};
 
 /// One incarnation of a worker as the pipeline sees it: frames out (`send`), events in
 /// (LinkEvents, on a thread of the link's own), teardown.  WorkerLink below is the

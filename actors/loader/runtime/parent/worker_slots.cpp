@@ -4,15 +4,15 @@
 
 #include "loader/error.h"
 #include "loader/runtime/parent/slab_store.h"
-#include "loader/runtime/rng_state_page.h"
-#include "loader/runtime/worker_rings.h"
+#include "loader/runtime/frames.h"
 
 namespace loader::runtime {
 
-WorkerSlots::WorkerSlots(int workers, int max_restarts, bool restartable, WorkerRings& rings, SlabStore& slabs,
-                         uint64_t rng_slots, WorkerStageEvents& events, std::string executable)
-    : rings_(rings), slabs_(slabs), rng_slots_(rng_slots), events_(events), executable_(std::move(executable)) {
-  for (int w = 0; w < workers; ++w) slots_.push_back(std::make_unique<Slot>(w, max_restarts, restartable));
+WorkerSlots::WorkerSlots(std::vector<WorkerTransport*> transports, int max_restarts, bool restartable,
+                         SlabStore& slabs, uint64_t rng_slots, WorkerStageEvents& events, std::string executable)
+    : slabs_(slabs), rng_slots_(rng_slots), events_(events), executable_(std::move(executable)) {
+  for (size_t w = 0; w < transports.size(); ++w)
+    slots_.push_back(std::make_unique<Slot>(static_cast<int>(w), max_restarts, restartable, transports[w]));
 }
 
 void WorkerSlots::set_epoch(uint64_t epoch) {
@@ -27,39 +27,83 @@ uint32_t WorkerSlots::begin_incarnation(int w) {
   Slot& s = at(w);
   // Reset before the link exists: its reader may report a hello at once.
   const uint32_t gen = s.life.start();
-  s.announced.clear();
   s.hello = false;
+  s.attached = false;
   s.started = std::chrono::steady_clock::now();
-  s.stopped_ticks = 0;
-  s.outbox.clear();  // frames for an older incarnation
-  s.socket_queued = 0;
   s.renewed = false;
-  // The rings are the new incarnation's: the previous one is dead (reaped) or never ran,
-  // and on_down took what it had published.
-  rings_.reset(w, gen);
+  s.transport->reset(gen);
   return gen;
 }
 
-void WorkerSlots::prepare_incarnation(int w, std::string init) {
-  // First frames of every incarnation: the RNG state page, the rings, then the configuration.
+void WorkerSlots::attach(int w, uint32_t gen, int pid, std::string init) {
   Slot& s = at(w);
-  if (!s.state_page) {
-    s.state_page = ShmSegment::create(RngStatePage::bytes_for(rng_slots_));
-    RngStatePage::format(s.state_page->data(), rng_slots_);
-  }
-  std::string page;
-  put_u64(page, s.state_page->size());
-  queue(w, FrameType::StatePage, std::move(page), s.state_page);
-  std::string rings;
-  put_u64(rings, rings_.layout().capacity);
-  put_u64(rings, static_cast<uint64_t>(rings_.layout().workers));
-  put_u64(rings, static_cast<uint64_t>(w));
-  put_u64(rings, s.life.generation());
-  queue(w, FrameType::Rings, std::move(rings), rings_.segment());
-  queue(w, FrameType::Init, std::move(init));
+  if (!s.life.current(gen)) return;
+  s.life.set_pid(gen, pid);
+  s.attached = true;
+  // First frames of every incarnation: the transport's own, then the configuration.
+  s.transport->prepare(std::move(init));
   // A worker restarted mid-epoch seeds the tasks it is re-sent as the epoch began (its
   // Init names the pool's first epoch's seeds; persistent workers' epochs move on).
-  if (task_seeds_) queue(w, FrameType::TaskSeeds, *task_seeds_);
+  if (task_seeds_) s.transport->send(FrameType::TaskSeeds, *task_seeds_);
+}
+
+bool WorkerSlots::accepting(int w) const {
+  const Slot& s = at(w);
+  return s.attached && s.life.accepting();
+}
+
+int WorkerSlots::live_pid(int w) const { return accepting(w) ? at(w).transport->pid() : -1; }
+
+std::optional<Liveness> WorkerSlots::liveness(int w) const {
+  const Slot& s = at(w);
+  if (closed_ || !accepting(w)) return std::nullopt;
+  return Liveness{s.hello, s.started};
+}
+
+void WorkerSlots::renew(int w, uint64_t first_task, std::string init) {
+  Slot& s = at(w);
+  s.rng_floor = first_task;
+  s.renewed = true;
+  s.resume_rng.reset();  // a fresh generator from the new configuration
+  s.transport->send(FrameType::Init, std::move(init));
+}
+
+void WorkerSlots::begin_epoch_counters(std::vector<std::optional<std::string>>* worker_rng) {
+  for (size_t w = 0; w < slots_.size(); ++w) {
+    Slot& s = *slots_[w];
+    s.delivered = s.inline_batches = s.busy_ns = 0;
+    s.resume_sent.reset();
+    s.stream_start.reset();
+    // A resumed epoch sets each worker's state; otherwise a state a worker was never
+    // sent (it got no task of the last epoch) still waits for its first task.
+    if (worker_rng) s.resume_rng = w < worker_rng->size() ? std::move((*worker_rng)[w]) : std::nullopt;
+  }
+}
+
+EpochStats::Worker WorkerSlots::stats(int k) const {
+  const Slot& s = at(k);
+  EpochStats::Worker w;
+  w.pid = live_pid(k);
+  w.state = to_string(s.life.state());
+  w.restarts = s.life.restarts();
+  w.held = static_cast<int64_t>(s.life.held().size());
+  w.delivered = static_cast<int64_t>(s.delivered);
+  w.inline_batches = static_cast<int64_t>(s.inline_batches);
+  w.busy_s = static_cast<double>(s.busy_ns) * 1e-9;
+  return w;
+}
+
+std::optional<std::string> WorkerSlots::resume_state(int w, uint64_t task) const {
+  const Slot& s = at(w);
+  if (s.resume_rng) return s.resume_rng;  // not sent yet: its first task of the epoch is not out
+  return state_before(w, task);
+}
+
+std::optional<StreamStart> WorkerSlots::stream_start(int w, uint64_t first_task) const {
+  const Slot& s = at(w);
+  // A report of an older epoch's stream: none yet.
+  if (s.stream_start && s.stream_start->first >= first_task) return s.stream_start->second;
+  return std::nullopt;
 }
 
 void WorkerSlots::resend_held(int w) {
@@ -70,12 +114,7 @@ void WorkerSlots::resend_held(int w) {
   // The random stream resumes where the first unfinished task began.
   if (!s.life.held().empty()) {
     const uint64_t first = s.life.held().begin()->first;
-    if (auto state = state_before(w, first)) {
-      std::string body;
-      put_u64(body, first);
-      body.append(*state);
-      queue(w, FrameType::SetRng, std::move(body));
-    }
+    if (auto state = state_before(w, first)) s.transport->send(FrameType::SetRng, SetRngFrame{first, *state}.encode());
   }
   s.waiting.clear();
   std::vector<uint64_t> tasks;
@@ -109,8 +148,8 @@ bool WorkerSlots::down(int w, uint32_t gen, const WorkerExit& how) {
   // re-initialised for died between epochs (its state page has no record of such a
   // task): replaced for free, as PyTorch's fresh workers would have been.
   bool between_epochs = false;
-  if (s.renewed && s.life.current(gen) && s.state_page) {
-    auto before = RngStatePage(s.state_page->data(), s.state_page->size()).last_before();
+  if (s.renewed && s.life.current(gen)) {
+    const auto before = s.transport->last_started();
     between_epochs = !before || *before < s.rng_floor;
   }
   if (how.pid > 0) s.life.set_pid(gen, how.pid);
@@ -145,36 +184,13 @@ void WorkerSlots::release_all(int w) {
 
 // ------------------------------------------------------------------ frames out
 
-void WorkerSlots::queue(int w, FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner) {
-  Slot& s = at(w);
-  s.outbox.push_back(OutFrame{type, std::move(body), std::move(fd_owner)});
-  ++s.socket_queued;
-}
+void WorkerSlots::send(int w, FrameType type, std::string body) { at(w).transport->send(type, std::move(body)); }
 
 std::vector<int> WorkerSlots::dirty() const {
   std::vector<int> out;
   for (size_t w = 0; w < slots_.size(); ++w)
-    if (!slots_[w]->outbox.empty()) out.push_back(static_cast<int>(w));
+    if (slots_[w]->transport->dirty()) out.push_back(static_cast<int>(w));
   return out;
-}
-
-void WorkerSlots::announce(int w, uint64_t slab) {
-  Slot& s = at(w);
-  for (uint64_t id : slabs_.dropped_since(s.dropped_cursor)) {
-    if (s.announced.erase(id)) {
-      std::string b;
-      put_u64(b, id);
-      queue(w, FrameType::DropSlab, std::move(b));
-    }
-  }
-  if (slab == 0 || s.announced.count(slab)) return;
-  auto seg = slabs_.segment(slab);
-  if (!seg) return;
-  std::string b;
-  put_u64(b, slab);
-  put_u64(b, seg->size());
-  queue(w, FrameType::AddSlab, std::move(b), seg);
-  s.announced.insert(slab);
 }
 
 // ------------------------------------------------------------------ tasks
@@ -192,12 +208,9 @@ void WorkerSlots::take_task(int worker, task_msg& task) {
   if (s.resume_rng) {
     // A resumed epoch: this worker's random stream goes on from the checkpoint's state
     // (the worker reads the socket frames queued before a task first).
-    std::string body;
-    put_u64(body, id);
-    body.append(*s.resume_rng);
+    s.transport->send(FrameType::SetRng, SetRngFrame{id, *s.resume_rng}.encode());
     s.resume_sent.emplace(id, std::move(*s.resume_rng));
     s.resume_rng.reset();
-    queue(worker, FrameType::SetRng, std::move(body));
   }
   send_task(worker, id);
 }
@@ -208,7 +221,12 @@ void WorkerSlots::send_task(int w, uint64_t task) {
   if (!t) return;
   // A worker being restarted gets its held tasks when its next incarnation's link
   // exists (the restart sends them after the incarnation's first frames).
-  if (s.life.state() == WorkerLifecycle::State::Restarting || !s.link) return;
+  if (s.life.state() == WorkerLifecycle::State::Restarting || !s.attached) return;
+  // A transport without shared memory brings every batch back in its reply.
+  if (!s.transport->shares_memory() && !t->inline_batch) {
+    t->inline_batch = true;
+    ++s.inline_batches;
+  }
   if (t->slab == 0 && !t->inline_batch) {
     std::optional<uint64_t> slab;
     try {
@@ -223,18 +241,7 @@ void WorkerSlots::send_task(int w, uint64_t task) {
     }
     t->slab = *slab;
   }
-  announce(w, t->slab);
-  std::string b;
-  b.reserve(24 + t->indices.size() * 8);
-  put_u64(b, task);
-  put_u64(b, t->inline_batch ? kInlineSlab : t->slab);
-  put_u64(b, t->indices.size());
-  // The indices as put_u64 would write them, one by one (host order), in one append.
-  b.append(reinterpret_cast<const char*>(t->indices.data()), t->indices.size() * sizeof(int64_t));
-  // Through the task ring, after the socket frames queued so far (the AddSlab above);
-  // on the socket when the ring is full or the task too large for it.
-  if (rings_.post_task(w, s.socket_queued, b)) return;
-  queue(w, FrameType::Task, std::move(b));
+  s.transport->send_task(task, t->inline_batch ? kInlineSlab : t->slab, t->indices);
 }
 
 WorkerStage::Outcome WorkerSlots::take_result(int worker, result_msg& m) {
@@ -263,11 +270,7 @@ WorkerStage::Outcome WorkerSlots::take_result(int worker, result_msg& m) {
       }
       if (t->slab) slabs_.release(worker, t->slab);
       t->slab = slab;
-      announce(worker, slab);
-      std::string b;
-      put_u64(b, r.task);
-      put_u64(b, slab);
-      queue(worker, FrameType::UseSlab, std::move(b));
+      s.transport->use_slab(r.task, slab);
       return Outcome::None;
     }
     case WorkerReply::Kind::Result:
@@ -348,12 +351,7 @@ std::optional<std::string> WorkerSlots::state_before(int w, uint64_t task) const
   // A resumed epoch's first task of this worker: the checkpoint's state (the page may
   // not have it yet, or hold an older stream of a persistent worker).
   if (s.resume_sent && s.resume_sent->first == task) return s.resume_sent->second;
-  if (s.state_page) {
-    RngStatePage page(s.state_page->data(), s.state_page->size());
-    if (auto state = page.state_before(task, s.rng_floor))
-      return std::string(reinterpret_cast<const char*>(state->data()), state->size());
-  }
-  return std::nullopt;
+  return s.transport->state_before(task, s.rng_floor);
 }
 
 }  // namespace loader::runtime

@@ -1,16 +1,16 @@
 // WorkerSlots: the worker stage's logic in the main process, one slot per worker of a
-// pool: each worker's lifecycle (incarnations, the tasks it holds until answered), its
-// link, the frames queued for its socket, the slabs it has mapped, the tasks waiting
-// for a slab, and its counters.  The link actors are its shells (link_actor.h): a
-// `task_msg` sent to link k is take_task(k, ...), a result the transport takes is
-// take_result(k, ...) before link k sends it on.  No other stage reaches into it.
+// pool: each worker's lifecycle (incarnations, the tasks it holds until answered), the
+// slabs its tasks' batches go into, the tasks waiting for a slab, its random streams and
+// its counters.  What carries a slot's tasks and results is its transport
+// (worker_transport.h: shared memory for a local worker), which the slot drives and the
+// pool owns.  The link actors are its shells (link_actor.h): a `task_msg` sent to link k
+// is take_task(k, ...), a reply the transport brings is take_result(k, ...) before link k
+// sends it on.  No other stage reaches into it: the pool (Pipeline) acts on a slot only
+// through the operations below.
 //
 // Thread use: on the strand (StageActors::enter() held), like every stage's plain
-// class: the link actors' messages, and the pool (Pipeline) when it starts, restarts,
-// watches or stops a worker, begins or ends an epoch, or reads a position.  A slot's
-// flush_mu orders the frames written to one link; it is taken before the strand, and
-// no socket write happens on the strand (write_outbox in the pipeline takes the frames
-// out first).
+// class: the link actors' messages, and the pool when it starts, restarts or stops a
+// worker, begins or ends an epoch, or reads a position or the stats.
 #pragma once
 
 #include <chrono>
@@ -24,16 +24,15 @@
 #include <utility>
 #include <vector>
 
-#include "loader/runtime/os/shm.h"
+#include "loader/epoch_stats.h"
 #include "loader/runtime/parent/stage_actors.h"
 #include "loader/runtime/parent/worker_lifecycle.h"
-#include "loader/runtime/parent/worker_link.h"
+#include "loader/runtime/parent/worker_transport.h"
 #include "loader/runtime/wire.h"
 
 namespace loader::runtime {
 
 class SlabStore;
-class WorkerRings;
 
 /// How the worker stage fails the epoch (the pool's: Pipeline).  On the strand.
 class WorkerStageEvents {
@@ -49,50 +48,13 @@ class WorkerStageEvents {
 
 class WorkerSlots final : public WorkerStage {
  public:
-  struct OutFrame {
-    FrameType type;
-    std::string body;
-    std::shared_ptr<ShmSegment> fd_owner;  ///< passes its descriptor, kept alive until written
-  };
-  struct Slot {
-    Slot(int id, int max_restarts, bool restartable) : life(id, max_restarts, restartable) {}
-    WorkerLifecycle life;
-    std::unique_ptr<Link> link;
-    std::shared_ptr<ShmSegment> state_page;  ///< RngStatePage, kept across incarnations
-    std::vector<OutFrame> outbox;
-    uint64_t socket_queued = 0;       ///< frames queued for the socket of this incarnation (worker_rings.h)
-    std::mutex flush_mu;              ///< orders the frames written to the link (before the strand)
-    std::set<uint64_t> announced;     ///< slabs the current incarnation has mapped
-    size_t dropped_cursor = 0;        ///< SlabStore::dropped_since
-    std::deque<uint64_t> waiting;     ///< held tasks with no slab yet (pool spent)
-    bool hello = false;
-    std::chrono::steady_clock::time_point started;
-    int stopped_ticks = 0;            ///< the slot actor's watchdog only
-    uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
-    bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
-    uint64_t delivered = 0;           ///< its batches next() returned in this epoch
-    uint64_t inline_batches = 0;      ///< its tasks of this epoch sent for a batch in the frame
-    uint64_t busy_ns = 0;             ///< its time on the tasks whose replies came in this epoch
-    /// A resumed epoch's generator state to send before this worker's first task of it.
-    std::optional<std::string> resume_rng;
-    /// The task that state was sent with (a restart before the task started sends it again).
-    std::optional<std::pair<uint64_t, std::string>> resume_sent;
-    /// IterableDataset: how its latest stream began (the task its first reply answered,
-    /// the StreamStart its worker reported); reset as an epoch begins.
-    std::optional<std::pair<uint64_t, StreamStart>> stream_start;
-    /// The pid of a starting or running incarnation, else -1.
-    int live_pid() const { return link && life.accepting() ? link->pid() : -1; }
-  };
-
-  /// `rings`, `slabs` and `events` outlive the slots.  `rng_slots`: before-records per
-  /// state page.  `executable`: the worker program (empty: this one), named when a
-  /// worker exits before it said hello.
-  WorkerSlots(int workers, int max_restarts, bool restartable, WorkerRings& rings, SlabStore& slabs,
+  /// One transport per worker (`transports[k]`); they, `slabs` and `events` outlive the
+  /// slots.  `rng_slots`: before-records per state page.  `executable`: the worker
+  /// program (empty: this one), named when a worker exits before it said hello.
+  WorkerSlots(std::vector<WorkerTransport*> transports, int max_restarts, bool restartable, SlabStore& slabs,
               uint64_t rng_slots, WorkerStageEvents& events, std::string executable);
 
   int size() const { return static_cast<int>(slots_.size()); }
-  Slot& at(int worker) { return *slots_[static_cast<size_t>(worker)]; }
-  const Slot& at(int worker) const { return *slots_[static_cast<size_t>(worker)]; }
 
   // ---- the pool's epoch and end, as the pool tells the stage
   /// Tasks taken from now on belong to `epoch` (0: none runs; answers of an ended epoch
@@ -102,12 +64,28 @@ class WorkerSlots final : public WorkerStage {
   void close() { closed_ = true; }
 
   // ---- incarnations
-  /// A new generation for worker `w` (lifecycle Starting, hello and watchdog reset, its
-  /// rings emptied).
+  /// A new generation for worker `w` (lifecycle Starting, hello reset, its transport
+  /// reset); its tasks wait until attach().
   uint32_t begin_incarnation(int w);
-  /// Queues the first frames of the incarnation: the state page, the rings, the
-  /// configuration `init` (an encoded WorkerConfig), then the epoch's task seeds.
-  void prepare_incarnation(int w, std::string init);
+  /// Incarnation `gen` started (process `pid`): its first frames are queued (the
+  /// transport's, the configuration `init`, an encoded WorkerConfig, then the epoch's
+  /// task seeds), and from now on its tasks go out.
+  void attach(int w, uint32_t gen, int pid, std::string init);
+  /// The incarnation is attached and accepts tasks (starting or running).
+  bool accepting(int w) const;
+  /// Worker `w` is dead for good (its fatal error is kept).
+  bool dead(int w) const { return at(w).life.dead(); }
+  const std::string& fatal_type(int w) const { return at(w).life.fatal_type(); }
+  const std::string& fatal_message(int w) const { return at(w).life.fatal_message(); }
+  WorkerLifecycle::State state(int w) const { return at(w).life.state(); }
+  uint32_t generation(int w) const { return at(w).life.generation(); }
+  /// The pid of a starting or running local incarnation, else -1.
+  int live_pid(int w) const;
+  /// What the watchdog knows of the incarnation; nullopt: nothing to watch.
+  std::optional<Liveness> liveness(int w) const;
+  /// Worker `w` gets a new configuration `init` for the epoch whose first task is
+  /// `first_task` (a kept pool re-initialised: its stream starts anew).
+  void renew(int w, uint64_t first_task, std::string init);
   /// WorkerSeeding::PerTask: the body of the current epoch's TaskSeeds frame (base_seed,
   /// task_base), which every later incarnation gets after its Init.
   void set_task_seeds(std::string body) { task_seeds_ = std::move(body); }
@@ -122,9 +100,25 @@ class WorkerSlots final : public WorkerStage {
   /// Gives back the slabs of every task `w` holds (shutdown).
   void release_all(int w);
 
+  // ---- epochs
+  /// An epoch begins: each worker's counters start again; `worker_rng[k]` (when a
+  /// resumed epoch gives any) is the state worker k's first task of it starts from.
+  void begin_epoch_counters(std::vector<std::optional<std::string>>* worker_rng);
+  /// Worker `w`'s figures of the epoch (its pid, state, restarts, tasks held, batches
+  /// delivered, inline batches, busy time).
+  EpochStats::Worker stats(int w) const;
+  /// A batch of worker `w` was handed to the application.
+  void delivered(int w) { ++at(w).delivered; }
+  /// Where worker `w`'s random stream stands before task `task` of the epoch (a
+  /// resumed state not yet sent, or the state recorded when it started).
+  std::optional<std::string> resume_state(int w, uint64_t task) const;
+  /// How worker `w`'s stream of the epoch beginning at `first_task` began (none yet: nullopt).
+  std::optional<StreamStart> stream_start(int w, uint64_t first_task) const;
+
   // ---- frames to the workers
-  void queue(int w, FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner = nullptr);
-  /// Workers with frames queued for their socket.
+  /// A frame to worker `w`, in order with its tasks.
+  void send(int w, FrameType type, std::string body);
+  /// Workers with frames waiting for their transport's flush.
   std::vector<int> dirty() const;
 
   // ---- the link actors' messages (WorkerStage)
@@ -155,13 +149,35 @@ class WorkerSlots final : public WorkerStage {
   std::optional<std::string> state_before(int w, uint64_t task) const;
 
  private:
+  struct Slot {
+    Slot(int id, int max_restarts, bool restartable, WorkerTransport* t)
+        : life(id, max_restarts, restartable), transport(t) {}
+    WorkerLifecycle life;
+    WorkerTransport* transport;       ///< the pool's; carries this slot's frames
+    bool attached = false;            ///< the incarnation's transport started: its tasks go out
+    std::deque<uint64_t> waiting;     ///< held tasks with no slab yet (pool spent)
+    bool hello = false;
+    std::chrono::steady_clock::time_point started;
+    uint64_t rng_floor = 0;           ///< RNG records of tasks below this predate the last Init
+    bool renewed = false;             ///< this incarnation was re-initialised for an epoch (reinit)
+    uint64_t delivered = 0;           ///< its batches next() returned in this epoch
+    uint64_t inline_batches = 0;      ///< its tasks of this epoch sent for a batch in the frame
+    uint64_t busy_ns = 0;             ///< its time on the tasks whose replies came in this epoch
+    /// A resumed epoch's generator state to send before this worker's first task of it.
+    std::optional<std::string> resume_rng;
+    /// The task that state was sent with (a restart before the task started sends it again).
+    std::optional<std::pair<uint64_t, std::string>> resume_sent;
+    /// IterableDataset: how its latest stream began (the task its first reply answered,
+    /// the StreamStart its worker reported); reset as an epoch begins.
+    std::optional<std::pair<uint64_t, StreamStart>> stream_start;
+  };
+  Slot& at(int worker) { return *slots_[static_cast<size_t>(worker)]; }
+  const Slot& at(int worker) const { return *slots_[static_cast<size_t>(worker)]; }
   void send_task(int w, uint64_t task);
   void drain_waiting(int w);
-  void announce(int w, uint64_t slab);
   void release_task_slab(int w, const HeldTask& t);
 
   std::vector<std::unique_ptr<Slot>> slots_;
-  WorkerRings& rings_;
   SlabStore& slabs_;
   uint64_t rng_slots_;
   WorkerStageEvents& events_;

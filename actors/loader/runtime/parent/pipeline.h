@@ -5,11 +5,12 @@
 //
 //   sampler actor  SamplerStage: TaskSource (the index stream) + TaskDispatcher
 //                  (credits, PyTorch's round robin, the in_order=false capacity rule)
-//   link actor k   WorkerSlots' slot k (worker_slots.h: the worker's lifecycle, link,
-//                  frames, slabs), a CAF actor proxy (link_actor.h): a task sent to it
-//                  is held until answered and sent at once with a slab over the task
-//                  ring (or the socket); a result from the ring or the socket goes on
-//                  to the reorder stage; hello, ready, fatal and down change the slot
+//   link actor k   WorkerSlots' slot k (worker_slots.h: the worker's lifecycle, held
+//                  tasks, slabs), a CAF actor proxy (link_actor.h): a task sent to it
+//                  is held until answered and handed at once to worker k's transport
+//                  (worker_transport.h; ShmTransport: the task ring or the socket, a
+//                  slab); a result the transport brings goes on to the reorder stage;
+//                  hello, ready, fatal and down change the slot
 //   reorder actor  ReorderBuffer: results leave in task order (or completion order)
 //   pin actor      Handoff: each result handed over, marked page-locked when its slab
 //                  is (SlabStore pins a slab once, when made)
@@ -38,16 +39,18 @@
 //   any thread          release_slab(): a batch was dropped; a task waiting for a
 //                       slab goes out.
 //   slot actor k        restart(k), watch(k), flush(k) (WorkerControl): everything
-//                       that starts or kills worker k's process runs there or in the
-//                       application thread (slot_actor.h, pool_actor.h), off the
-//                       strand; it enters the strand only to read or change slot k.
+//                       that starts or kills worker k's incarnation runs there or in
+//                       the application thread (slot_actor.h, pool_actor.h), off the
+//                       strand, as the owner of worker k's transport; it enters the
+//                       strand only to tell the worker stage (begin_incarnation, attach).
 //
-// Locks: a slot's flush_mu (orders the frames written to one link) before the strand
-// before SlabStore's lock.  The strand's lock is the executor's, not a stage's: each
-// stage's state is its own plain class, and this class's own fields (epoch, fatal
-// error) are read and written only on the strand.  No socket write and no process
-// wait happens on the strand.  Between two runs every stage mailbox is empty, and the
-// pool reads the stages' plain classes (position, stats).
+// Locks: a transport's owner lock (orders what is written to one worker) before the
+// strand before SlabStore's lock and a transport's queue lock.  The strand's lock is
+// the executor's, not a stage's: each stage's state is its own plain class, changed
+// only through its operations (WorkerSlots for the worker stage), and this class's own
+// fields (epoch, fatal error) are read and written only on the strand.  No socket write
+// and no process wait happens on the strand.  Between two runs every stage mailbox is
+// empty, and the pool reads the stages' plain classes (position, stats).
 //
 // Why the reorder buffer cannot overflow: a task goes out only against a credit
 // (TaskDispatcher::can_send, in the sampler stage), and a credit comes back only when
@@ -76,16 +79,16 @@
 #include "loader/fetch.h"
 #include "loader/runtime/epoch.h"
 #include "loader/runtime/parent/reorder_buffer.h"
-#include "loader/runtime/worker_rings.h"
-#include "loader/runtime/os/shm.h"
+#include "loader/runtime/child/worker_core.h"  // WorkerConfig
+#include "loader/runtime/parent/shm_transport.h"
 #include "loader/runtime/parent/slab_store.h"
 #include "loader/runtime/parent/slot_actor.h"
 #include "loader/runtime/parent/stage_actors.h"
 #include "loader/runtime/parent/task_dispatcher.h"
-#include "loader/runtime/child/worker_core.h"
 #include "loader/runtime/parent/worker_lifecycle.h"
 #include "loader/runtime/parent/worker_link.h"
 #include "loader/runtime/parent/worker_slots.h"
+#include "loader/runtime/worker_rings.h"
 
 namespace loader::runtime {
 
@@ -192,7 +195,7 @@ class Pipeline final : public LinkEvents,
   /// Starts the next incarnation of `worker`, whose incarnation `gen` went down.
   void restart(int worker, uint32_t gen) override;
   /// Writes the frames queued for `worker` (also from the application thread and
-  /// release_slab; serialised by the slot's flush_mu).
+  /// release_slab; serialised by its transport's owner lock).
   void flush(int worker) override;
   /// Looks at `worker`'s process: frozen (SIGSTOP) for 1 s, exited while its socket
   /// stays open, or no hello within the deadline: killed, and reported through the
@@ -217,9 +220,6 @@ class Pipeline final : public LinkEvents,
   WorkerLifecycle::State worker_state(int worker) const;
 
  private:
-  /// Writes the frames queued for `worker`.  REQUIRES: its slot's flush_mu held, the
-  /// strand not entered.
-  void write_outbox(int worker);
   /// The id the next epoch's first task gets.
   uint64_t next_first_task_locked() const;
   /// Runs the stage actors until every mailbox is empty; a sampler that failed fails
@@ -237,7 +237,6 @@ class Pipeline final : public LinkEvents,
   bool healthy_locked() const;
   void notify_locked();
   void flush_all();
-  std::unique_ptr<Link> make_link(const Link::Spec& spec);
   /// Takes every Result frame the workers have published in the result rings (all
   /// rings, or only `worker`'s) and gives each to its link actor, as on_frame would.
   /// Returns how many it took.
@@ -250,6 +249,8 @@ class Pipeline final : public LinkEvents,
   PipelineHooks hooks_;
   bool iterable_ = false;
   std::unique_ptr<WorkerRings> rings_;  ///< Task and Result frames in shared memory; its doorbell wakes next()
+  /// Worker k's transport at [k] (made with the pipeline, each stopped by shutdown()).
+  std::vector<std::unique_ptr<WorkerTransport>> transports_;
 
   // The pool's own state: on the strand (the *_locked methods: StageActors::enter() held).
   bool closed_ = false;
@@ -267,8 +268,9 @@ class Pipeline final : public LinkEvents,
   };
   std::vector<RestartDue> restarts_due_;  ///< worker_restarting, taken by on_down off the strand
 
-  // The stages: the worker stage's slots (behind the link actors), then the stage
-  // actors with the other stages' plain classes and the strand (destroyed first).
+  // The stages: the worker stage's slots (behind the link actors; they drive the
+  // transports above), then the stage actors with the other stages' plain classes and
+  // the strand (destroyed first).
   std::unique_ptr<WorkerSlots> workers_;
   std::unique_ptr<StageActors> stages_;
 };

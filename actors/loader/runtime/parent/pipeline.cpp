@@ -1,9 +1,10 @@
-#include "loader/runtime/pipeline.h"
+#include "loader/runtime/parent/pipeline.h"
 
 #include <algorithm>
 #include <chrono>
 
 #include "loader/error.h"
+#include "loader/runtime/frames.h"
 #include "loader/runtime/rng_state_page.h"
 #include "loader/warnings.h"
 
@@ -31,8 +32,18 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
   }
   // Before-records per state page: more than the tasks that can be in flight, at most 1024.
   const uint64_t rng_slots = std::min<uint64_t>(static_cast<uint64_t>(config_.prefetch_factor) * n + 1, 1024);
-  workers_ = std::make_unique<WorkerSlots>(n, config_.max_restarts, !iterable_, *rings_, *slabs_, rng_slots, *this,
-                                           config_.executable);
+  std::vector<WorkerTransport*> transports;
+  for (int w = 0; w < n; ++w) {
+    IncarnationFactory make = [this](const Link::Spec& spec) -> std::unique_ptr<Link> {
+      if (config_.make_link) return config_.make_link(spec, this);
+      return std::make_unique<WorkerLink>(spec, this);
+    };
+    transports_.push_back(std::make_unique<ShmTransport>(Link::Spec{w, 0, config_.in_process, config_.executable},
+                                                         std::move(make), *rings_, *slabs_, rng_slots));
+    transports.push_back(transports_.back().get());
+  }
+  workers_ = std::make_unique<WorkerSlots>(std::move(transports), config_.max_restarts, !iterable_, *slabs_, rng_slots,
+                                           *this, config_.executable);
   stages_ = std::make_unique<StageActors>(*config_.system, n, *workers_, *this, slabs_);
 }
 
@@ -52,8 +63,8 @@ void Pipeline::set_hooks(PipelineHooks hooks) { hooks_ = std::move(hooks); }
 
 void Pipeline::start_workers() {
   for (int w = 0; w < num_workers(); ++w) {
-    WorkerSlots::Slot& s = workers_->at(w);
-    std::lock_guard<std::mutex> fl(s.flush_mu);
+    WorkerTransport& t = *transports_[static_cast<size_t>(w)];
+    const auto owner = t.owner_lock();
     uint32_t gen;
     {
       const auto lock = stages_->enter();
@@ -61,11 +72,9 @@ void Pipeline::start_workers() {
       gen = workers_->begin_incarnation(w);
     }
     try {
-      auto link = make_link(Link::Spec{w, gen, config_.in_process, config_.executable});
+      t.start(gen);
       const auto lock = stages_->enter();
-      s.life.set_pid(gen, link->pid());
-      s.link = std::move(link);
-      workers_->prepare_incarnation(w, encoded_config(config_.workers[static_cast<size_t>(w)]));
+      workers_->attach(w, gen, t.pid(), encoded_config(config_.workers[static_cast<size_t>(w)]));
     } catch (const std::exception& e) {
       const auto lock = stages_->enter();
       const std::string type = dynamic_cast<const Error*>(&e) ? static_cast<const Error&>(e).python_type() : "RuntimeError";
@@ -77,20 +86,18 @@ void Pipeline::start_workers() {
 
 void Pipeline::restart(int worker, uint32_t gen) {
   if (worker < 0 || worker >= num_workers()) return;
-  WorkerSlots::Slot& s = workers_->at(worker);
-  std::lock_guard<std::mutex> fl(s.flush_mu);
-  std::unique_ptr<Link> old;
+  WorkerTransport& t = *transports_[static_cast<size_t>(worker)];
+  const auto owner = t.owner_lock();
   uint32_t next;
   {
     const auto lock = stages_->enter();
-    if (closed_ || s.life.state() != WorkerLifecycle::State::Restarting || s.life.generation() != gen) return;
-    old = std::move(s.link);
+    if (closed_ || workers_->state(worker) != WorkerLifecycle::State::Restarting || workers_->generation(worker) != gen)
+      return;
     next = workers_->begin_incarnation(worker);
   }
-  old.reset();  // its reader has finished and its process is reaped: nothing waits here
-  std::unique_ptr<Link> link;
+  t.stop();  // the last incarnation's events have ended and its process is reaped: nothing waits here
   try {
-    link = make_link(Link::Spec{worker, next, config_.in_process, config_.executable});
+    t.start(next);
   } catch (const std::exception& e) {
     const auto lock = stages_->enter();
     worker_failed_locked(worker, "RuntimeError",
@@ -100,43 +107,19 @@ void Pipeline::restart(int worker, uint32_t gen) {
   }
   {
     const auto lock = stages_->enter();
-    s.life.set_pid(next, link->pid());
-    s.link = std::move(link);
-    workers_->prepare_incarnation(worker, encoded_config(config_.workers[static_cast<size_t>(worker)]));
+    workers_->attach(worker, next, t.pid(), encoded_config(config_.workers[static_cast<size_t>(worker)]));
     workers_->resend_held(worker);
   }
-  write_outbox(worker);  // still under flush_mu: the new incarnation's frames go out in order
+  t.flush();  // still its owner: the new incarnation's frames go out in order
 }
 
 // ------------------------------------------------------------------ frames out
 
 void Pipeline::flush(int worker) {
   if (worker < 0 || worker >= num_workers()) return;
-  std::lock_guard<std::mutex> fl(workers_->at(worker).flush_mu);
-  write_outbox(worker);
-}
-
-void Pipeline::write_outbox(int worker) {
-  WorkerSlots::Slot& s = workers_->at(worker);
-  std::vector<WorkerSlots::OutFrame> frames;
-  Link* link;
-  {
-    const auto lock = stages_->enter();
-    if (s.outbox.empty() || !s.link || closed_) return;
-    frames.swap(s.outbox);
-    link = s.link.get();  // replaced only under flush_mu (held by the caller); destroyed by shutdown, also under it
-  }
-  // Said first: the worker starts reading while they are written, so a frame larger
-  // than the socket's buffer (a task of 8,000+ indices) cannot leave both sides
-  // waiting.  If a write fails the link is broken and the worker's read ends too.
-  rings_->socket_frames_coming(worker, link->generation(), frames.size());
-  for (auto& f : frames)
-    if (!link->send(f.type, f.body, f.fd_owner ? f.fd_owner->fd() : -1)) break;  // the reader reports the loss
-}
-
-std::unique_ptr<Link> Pipeline::make_link(const Link::Spec& spec) {
-  if (config_.make_link) return config_.make_link(spec, this);
-  return std::make_unique<WorkerLink>(spec, this);
+  WorkerTransport& t = *transports_[static_cast<size_t>(worker)];
+  const auto owner = t.owner_lock();
+  t.flush();
 }
 
 void Pipeline::flush_all() {
@@ -178,13 +161,8 @@ EpochPosition Pipeline::position(uint64_t epoch) const {
   stages_->reordering().for_each_buffered([&](uint64_t task, const result_msg& r) { waiting(task, r.worker); });
   stages_->handoff().for_each([&](const HandedOver& h) { waiting(h.result.task_idx, h.result.worker); });
   for (int w = 0; w < num_workers(); ++w) {
-    const WorkerSlots::Slot& s = workers_->at(w);
-    // A state not yet sent (the worker's first task of a resumed epoch is not out yet).
-    if (s.resume_rng) p.worker_rng.push_back(s.resume_rng);
-    else p.worker_rng.push_back(workers_->state_before(w, first[static_cast<size_t>(w)]));
-    // How its stream of this epoch began (a report of an older epoch's stream: none yet).
-    if (s.stream_start && s.stream_start->first >= first_task_) p.stream_start.push_back(s.stream_start->second);
-    else p.stream_start.emplace_back();
+    p.worker_rng.push_back(workers_->resume_state(w, first[static_cast<size_t>(w)]));
+    p.stream_start.push_back(workers_->stream_start(w, first_task_));
   }
   return p;
 }
@@ -197,7 +175,7 @@ bool Pipeline::healthy() const {
 bool Pipeline::healthy_locked() const {
   if (closed_) return false;
   for (int w = 0; w < num_workers(); ++w)
-    if (!workers_->at(w).link || !workers_->at(w).life.accepting()) return false;
+    if (!workers_->accepting(w)) return false;
   return true;
 }
 
@@ -210,13 +188,8 @@ bool Pipeline::reinit(std::vector<WorkerConfig> workers) {
     // task of the new epoch died between epochs); one reported before it refuses the pool.
     if (!healthy_locked()) return false;
     config_.workers = std::move(workers);
-    for (int w = 0; w < num_workers(); ++w) {
-      WorkerSlots::Slot& s = workers_->at(w);
-      s.rng_floor = next_first_task_locked();
-      s.renewed = true;
-      s.resume_rng.reset();  // a fresh generator from the new configuration
-      workers_->queue(w, FrameType::Init, encoded_config(config_.workers[static_cast<size_t>(w)]));
-    }
+    for (int w = 0; w < num_workers(); ++w)
+      workers_->renew(w, next_first_task_locked(), encoded_config(config_.workers[static_cast<size_t>(w)]));
   }
   flush_all();
   return true;
@@ -259,37 +232,25 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     stopped_ = false;
     waits_ = 0;
     workers_->set_epoch(epoch_);
-    for (size_t w = 0; w < static_cast<size_t>(num_workers()); ++w) {
-      WorkerSlots::Slot& s = workers_->at(static_cast<int>(w));
-      s.delivered = s.inline_batches = s.busy_ns = 0;
-      s.resume_sent.reset();
-      s.stream_start.reset();
-      // A resumed epoch sets each worker's state; otherwise a state a worker was never
-      // sent (it got no task of the last epoch) still waits for its first task.
-      if (!resume.worker_rng.empty() || !resume.streams.empty())
-        s.resume_rng = w < resume.worker_rng.size() ? std::move(resume.worker_rng[w]) : std::nullopt;
-    }
+    workers_->begin_epoch_counters(!resume.worker_rng.empty() || !resume.streams.empty() ? &resume.worker_rng
+                                                                                          : nullptr);
     if (resume.task_seed_base) {
       // Task t of this epoch is seeded task_seed(base_seed, t - task_base), t - task_base
       // being its index in the (checkpointed) epoch; a worker restarted later gets it too.
-      std::string seeds;
-      put_u64(seeds, *resume.task_seed_base);
-      put_u64(seeds, first_task - resume.consumed);
-      workers_->set_task_seeds(std::move(seeds));
+      workers_->set_task_seeds(TaskSeedsFrame{*resume.task_seed_base, first_task - resume.consumed}.encode());
     }
     for (int w = 0; w < num_workers(); ++w) {
-      const WorkerSlots::Slot& s = workers_->at(w);
-      if (s.life.dead()) {
+      if (workers_->dead(w)) {
         // A dead worker stays dead: every later epoch gets its error at once.
         sampling.dispatcher().deactivate(w);
-        if (!fatal_) set_fatal_locked(s.life.fatal_type(), s.life.fatal_message(), w);
+        if (!fatal_) set_fatal_locked(workers_->fatal_type(w), workers_->fatal_message(w), w);
         continue;
       }
       // A resumed stream (state hooks) begins with its checkpoint's state instead.
       if (static_cast<size_t>(w) < resume.streams.size())
-        workers_->queue(w, FrameType::ResumeStream, encode_stream_resume(resume.streams[static_cast<size_t>(w)]));
-      else if (reset_streams) workers_->queue(w, FrameType::Epoch, {});
-      if (resume.task_seed_base) workers_->queue(w, FrameType::TaskSeeds, *workers_->task_seeds());
+        workers_->send(w, FrameType::ResumeStream, encode_stream_resume(resume.streams[static_cast<size_t>(w)]));
+      else if (reset_streams) workers_->send(w, FrameType::Epoch, {});
+      if (resume.task_seed_base) workers_->send(w, FrameType::TaskSeeds, *workers_->task_seeds());
     }
     // Slabs sized before the first task (sample_spec): a pool that cannot fit in
     // shared memory is this epoch's error, before its first batch.
@@ -368,28 +329,20 @@ void Pipeline::notify_locked() {
 
 size_t Pipeline::drain_rings_locked(bool& flush_needed, int only) {
   size_t taken = 0;
-  Frame f;
   for (int w = 0; w < num_workers(); ++w) {
     if (only >= 0 && w != only) continue;
     try {
-      while (rings_->take(w, f)) {
-        ++taken;
-        WorkerReply r = decode_reply(static_cast<uint8_t>(f.type), f.body);
+      taken += transports_[static_cast<size_t>(w)]->take_results([&](WorkerReply&& r) {
         const uint64_t task = r.task;
         stages_->deliver(w, result_msg{task, std::move(r), w});
-      }
-    } catch (const std::exception& e) {
-      worker_failed_locked(w, "RuntimeError", "DataLoader worker " + std::to_string(w) +
-                                                  " sent a result the main process cannot read (" +
-                                                  frame_type_name(f.type) + "): " + e.what());
-      rings_->reset(w, 0);  // nothing more of this incarnation is read
+      });
+    } catch (const Error& e) {
+      worker_failed_locked(w, "RuntimeError", e.what());
     }
   }
   if (taken > 0) {
     run_stages_locked();  // link -> reorder -> pin
-    if (!flush_needed)
-      for (int w = 0; w < num_workers(); ++w)
-        if (!workers_->at(w).outbox.empty()) flush_needed = true;
+    if (!flush_needed && !workers_->dirty().empty()) flush_needed = true;
   }
   return taken;
 }
@@ -402,7 +355,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
     int n_dirty = 0;
     bool more = false;
     for (int w = 0; w < num_workers(); ++w) {
-      if (workers_->at(w).outbox.empty()) continue;
+      if (!transports_[static_cast<size_t>(w)]->dirty()) continue;
       if (n_dirty < 8) dirty[n_dirty++] = w;
       else more = true;
     }
@@ -436,7 +389,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
         d.slab = r.batch.slab;
         d.payload = std::move(r.batch.payload);
         d.pinned = handed->pinned;
-        if (d.worker >= 0 && d.worker < num_workers()) ++workers_->at(d.worker).delivered;
+        if (d.worker >= 0 && d.worker < num_workers()) workers_->delivered(d.worker);
       }
       // Its credit goes back to the sampler, whose next task goes out at once.
       stages_->send(stages_->sampler(), credit_atom::value, static_cast<int32_t>(d.worker), d.task);
@@ -516,7 +469,7 @@ std::pair<uint64_t, int> Pipeline::awaited() const {
 std::vector<int> Pipeline::pids() const {
   const auto lock = stages_->enter();
   std::vector<int> out;
-  for (int w = 0; w < num_workers(); ++w) out.push_back(workers_->at(w).live_pid());
+  for (int w = 0; w < num_workers(); ++w) out.push_back(workers_->live_pid(w));
   return out;
 }
 
@@ -532,23 +485,12 @@ void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
   out.ready = static_cast<int64_t>(stages_->reordering().buffered() + stages_->handoff().size());
   out.sampler_s = static_cast<double>(sampling.sampler_ns()) * 1e-9;
   out.workers.clear();
-  for (int k = 0; k < num_workers(); ++k) {
-    const WorkerSlots::Slot& s = workers_->at(k);
-    EpochStats::Worker w;
-    w.pid = s.live_pid();
-    w.state = to_string(s.life.state());
-    w.restarts = s.life.restarts();
-    w.held = static_cast<int64_t>(s.life.held().size());
-    w.delivered = static_cast<int64_t>(s.delivered);
-    w.inline_batches = static_cast<int64_t>(s.inline_batches);
-    w.busy_s = static_cast<double>(s.busy_ns) * 1e-9;
-    out.workers.push_back(std::move(w));
-  }
+  for (int k = 0; k < num_workers(); ++k) out.workers.push_back(workers_->stats(k));
 }
 
 WorkerLifecycle::State Pipeline::worker_state(int worker) const {
   const auto lock = stages_->enter();
-  return workers_->at(worker).life.state();
+  return workers_->state(worker);
 }
 
 void Pipeline::shutdown() {
@@ -559,20 +501,16 @@ void Pipeline::shutdown() {
     workers_->close();
     rings_->ring();
   }
-  // Fixed order: every link is told first (the workers exit on EOF together), then
-  // each is stopped (reader joined, process reaped).  Slots keep their lifecycle.
-  std::vector<std::unique_ptr<Link>> links;
-  for (int w = 0; w < num_workers(); ++w) {
-    WorkerSlots::Slot& s = workers_->at(w);
-    std::lock_guard<std::mutex> fl(s.flush_mu);
-    const auto lock = stages_->enter();
-    if (s.link) links.push_back(std::move(s.link));
-    s.outbox.clear();
+  // Fixed order: every worker is told first (they exit together), then each transport
+  // is stopped (its reader joined, its process reaped).  Slots keep their lifecycle.
+  for (auto& t : transports_) {
+    const auto owner = t->owner_lock();
+    t->say_shutdown();
   }
-  rings_->close_all();  // a worker asleep on its task ring wakes and ends
-  for (auto& l : links) l->send(FrameType::Shutdown, {});
-  for (auto& l : links) l->stop();
-  links.clear();
+  for (auto& t : transports_) {
+    const auto owner = t->owner_lock();
+    t->stop();
+  }
   const auto lock = stages_->enter();
   for (int w = 0; w < num_workers(); ++w) workers_->release_all(w);
   stages_->sampling().halt();
@@ -599,12 +537,11 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
           break;
         }
         case FrameType::InitError: {
-          Reader in(f.body);
-          std::string type = in.string();
-          std::string message = in.string();
-          const std::string when = in.remaining() ? in.string() : std::string("to start");
-          stages_->send(link, fatal_atom::value, gen, type,
-                        "DataLoader worker " + std::to_string(worker) + " failed " + when + ": " + type + ": " + message);
+          const InitErrorFrame e = InitErrorFrame::decode(f.body);
+          const std::string when = e.when.empty() ? std::string("to start") : e.when;
+          stages_->send(link, fatal_atom::value, gen, e.type,
+                        "DataLoader worker " + std::to_string(worker) + " failed " + when + ": " + e.type + ": " +
+                            e.message);
           break;
         }
         default: {
@@ -662,7 +599,7 @@ void Pipeline::on_down(int worker, uint32_t gen, const WorkerExit& how) {
 
 void Pipeline::worker_failed_locked(int worker, const std::string& type, const std::string& message) {
   // As the worker's own failure would: link k fails its slot and retires it.
-  stages_->send(stages_->link(worker), fatal_atom::value, workers_->at(worker).life.generation(), type, message);
+  stages_->send(stages_->link(worker), fatal_atom::value, workers_->generation(worker), type, message);
   run_stages_locked();
 }
 
@@ -687,45 +624,20 @@ void Pipeline::fail_all(const std::string& type, const std::string& message) {
 
 void Pipeline::watch(int worker, std::chrono::milliseconds tick) {
   if (worker < 0 || worker >= num_workers()) return;
-  const auto now = std::chrono::steady_clock::now();
-  WorkerSlots::Slot& s = workers_->at(worker);
-  // Held while the link is used: restart (this actor) replaces the link under it, and
-  // shutdown takes the links out under it.  The pool's actors are usually gone before
-  // shutdown, but not at exit (WorkerPool::teardown_at_exit shuts the pipeline down and
-  // keeps the actors, whose ticks may still come): without this lock a tick read a
-  // link that shutdown was destroying (ThreadSanitizer, loader_test_static_loaders).
-  std::lock_guard<std::mutex> fl(s.flush_mu);
-  Link* link;
-  bool hello;
-  std::chrono::steady_clock::time_point started;
+  // Its owner while it looks: restart (this actor) replaces the incarnation under the
+  // same lock, and shutdown stops it under it.  The pool's actors are usually gone
+  // before shutdown, but not at exit (WorkerPool::teardown_at_exit shuts the pipeline
+  // down and keeps the actors, whose ticks may still come): without this lock a tick
+  // read a link that shutdown was destroying (ThreadSanitizer, loader_test_static_loaders).
+  WorkerTransport& t = *transports_[static_cast<size_t>(worker)];
+  const auto owner = t.owner_lock();
+  std::optional<Liveness> seen;
   {
     const auto lock = stages_->enter();
     if (closed_) return;
-    if (!s.link || !s.life.accepting()) return;
-    link = s.link.get();
-    hello = s.hello;
-    started = s.started;
+    seen = workers_->liveness(worker);
   }
-  if (link->pid() <= 0) return;  // a thread
-  if (auto how = link->exited_with_socket_open()) {
-    link->kill_with_reason(*how);
-    return;
-  }
-  char st = link->process_state();
-  if (st == 'T' || st == 't') {
-    if (++s.stopped_ticks * tick >= std::chrono::milliseconds(1000))
-      link->kill_with_reason(WorkerExit{WorkerExit::Kind::Frozen, 0,
-                                        std::to_string(s.stopped_ticks * tick.count()) + " ms"});
-    return;
-  }
-  s.stopped_ticks = 0;
-  if (!hello && now - started > config_.hello_deadline)
-    link->kill_with_reason(WorkerExit{
-        WorkerExit::Kind::StartFailed, 0,
-        "it did not enter the worker loop within " +
-            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(config_.hello_deadline).count()) +
-            " s: the worker program's main() must call loader::runtime::run_worker_if_requested(argc, argv) "
-            "before anything else"});
+  if (seen) t.watch(*seen, tick, config_.hello_deadline);
 }
 
 }  // namespace loader::runtime

@@ -1,0 +1,298 @@
+#include "loader/runtime/frames.h"
+
+#include <cstring>
+
+#include "loader/error.h"
+#include "loader/generator.h"
+
+namespace loader::runtime {
+
+namespace {
+/// Runs `read` over a body; whatever it cannot read (or leaves unread) is a
+/// RuntimeError naming the frame.
+template <class Read>
+auto decoding(FrameType type, const std::string& body, Read read) {
+  Reader in(body);
+  try {
+    auto out = read(in);
+    if (in.remaining() != 0)
+      throw RuntimeError(std::to_string(in.remaining()) + " bytes after the end of its body");
+    return out;
+  } catch (const std::exception& e) {
+    throw RuntimeError(std::string(frame_type_name(type)) + " frame of " + std::to_string(body.size()) +
+                       " bytes cannot be read: " + e.what());
+  }
+}
+}  // namespace
+
+// ---------------------------------------------------------------- main process -> worker
+
+std::string TaskFrame::encode(uint64_t task, uint64_t slab, const IndexBatch& indices) {
+  std::string b;
+  b.reserve(24 + indices.size() * sizeof(int64_t));
+  put_u64(b, task);
+  put_u64(b, slab);
+  put_u64(b, indices.size());
+  // The indices as put_u64 would write them, one by one (host order), in one append.
+  b.append(reinterpret_cast<const char*>(indices.data()), indices.size() * sizeof(int64_t));
+  return b;
+}
+
+std::string TaskFrame::encode() const { return encode(task, slab, indices); }
+
+TaskFrame TaskFrame::decode(const std::string& body) {
+  return decoding(kType, body, [](Reader& in) {
+    TaskFrame t;
+    t.task = in.u64();
+    t.slab = in.u64();
+    const uint64_t n = in.u64();
+    if (n != in.remaining() / sizeof(int64_t) || in.remaining() % sizeof(int64_t) != 0)
+      throw RuntimeError("a count of " + std::to_string(n) + " indices against " + std::to_string(in.remaining()) +
+                         " bytes of them");
+    t.indices.resize(n);
+    std::memcpy(t.indices.data(), in.pos(), n * sizeof(int64_t));
+    in.rest();
+    return t;
+  });
+}
+
+std::string UseSlabFrame::encode() const {
+  std::string b;
+  put_u64(b, task);
+  put_u64(b, slab);
+  return b;
+}
+
+UseSlabFrame UseSlabFrame::decode(const std::string& body) {
+  return decoding(kType, body, [](Reader& in) {
+    UseSlabFrame f;
+    f.task = in.u64();
+    f.slab = in.u64();
+    return f;
+  });
+}
+
+std::string AddSlabFrame::encode() const {
+  std::string b;
+  put_u64(b, id);
+  put_u64(b, size);
+  return b;
+}
+
+AddSlabFrame AddSlabFrame::decode(const std::string& body) {
+  return decoding(kType, body, [](Reader& in) {
+    AddSlabFrame f;
+    f.id = in.u64();
+    f.size = in.u64();
+    if (f.size == 0) throw RuntimeError("an empty slab");
+    return f;
+  });
+}
+
+std::string DropSlabFrame::encode() const {
+  std::string b;
+  put_u64(b, id);
+  return b;
+}
+
+DropSlabFrame DropSlabFrame::decode(const std::string& body) {
+  return decoding(kType, body, [](Reader& in) { return DropSlabFrame{in.u64()}; });
+}
+
+std::string StatePageFrame::encode() const {
+  std::string b;
+  put_u64(b, size);
+  return b;
+}
+
+StatePageFrame StatePageFrame::decode(const std::string& body) {
+  return decoding(kType, body, [](Reader& in) { return StatePageFrame{in.u64()}; });
+}
+
+std::string RingsFrame::encode() const {
+  std::string b;
+  put_u64(b, capacity);
+  put_u64(b, workers);
+  put_u64(b, index);
+  put_u64(b, generation);
+  return b;
+}
+
+RingsFrame RingsFrame::decode(const std::string& body) {
+  return decoding(kType, body, [](Reader& in) {
+    RingsFrame f;
+    f.capacity = in.u64();
+    f.workers = in.u64();
+    f.index = in.u64();
+    f.generation = in.u64();
+    if (f.workers == 0 || f.workers > (1u << 16) || f.index >= f.workers || f.capacity < 4096 ||
+        f.capacity > (uint64_t{1} << 30) || f.generation > UINT32_MAX)
+      throw RuntimeError("rings of " + std::to_string(f.workers) + " workers, index " + std::to_string(f.index) +
+                         ", capacity " + std::to_string(f.capacity));
+    return f;
+  });
+}
+
+std::string SetRngFrame::encode() const {
+  std::string b;
+  put_u64(b, task);
+  b.append(state);
+  return b;
+}
+
+SetRngFrame SetRngFrame::decode(const std::string& body) {
+  return decoding(kType, body, [](Reader& in) {
+    SetRngFrame f;
+    f.task = in.u64();
+    if (in.remaining() != Generator::kStateBytes)
+      throw RuntimeError("a generator state of " + std::to_string(in.remaining()) + " bytes instead of " +
+                         std::to_string(Generator::kStateBytes));
+    f.state = in.rest();
+    return f;
+  });
+}
+
+std::string TaskSeedsFrame::encode() const {
+  std::string b;
+  put_u64(b, base_seed);
+  put_u64(b, task_base);
+  return b;
+}
+
+TaskSeedsFrame TaskSeedsFrame::decode(const std::string& body) {
+  return decoding(kType, body, [](Reader& in) {
+    TaskSeedsFrame f;
+    f.base_seed = in.u64();
+    f.task_base = in.u64();
+    return f;
+  });
+}
+
+std::string encode_stream_resume(const StreamResume& resume) {
+  std::string body;
+  put_u64(body, resume.skip);
+  put_string(body, resume.rng);
+  put_string(body, resume.state);
+  return body;
+}
+
+StreamResume decode_stream_resume(const std::string& body) {
+  return decoding(FrameType::ResumeStream, body, [](Reader& in) {
+    StreamResume r;
+    r.skip = in.u64();
+    r.rng = in.string();
+    r.state = in.string();
+    return r;
+  });
+}
+
+// ---------------------------------------------------------------- worker -> main process
+
+std::string PidFrame::encode() const {
+  std::string b;
+  put_u64(b, static_cast<uint64_t>(pid));
+  return b;
+}
+
+PidFrame PidFrame::decode(const std::string& body) {
+  return decoding(FrameType::Hello, body, [](Reader& in) { return PidFrame{static_cast<int64_t>(in.u64())}; });
+}
+
+std::string InitErrorFrame::encode() const {
+  std::string b;
+  put_string(b, type);
+  put_string(b, message);
+  if (!when.empty()) put_string(b, when);
+  return b;
+}
+
+InitErrorFrame InitErrorFrame::decode(const std::string& body) {
+  return decoding(kType, body, [](Reader& in) {
+    InitErrorFrame f;
+    f.type = in.string();
+    f.message = in.string();
+    if (in.remaining()) f.when = in.string();
+    return f;
+  });
+}
+
+std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
+  std::string body;
+  put_u64(body, r.task);
+  switch (r.kind) {
+    case WorkerReply::Kind::Result:
+      put_u64(body, r.slab);
+      put_u64(body, r.bytes);
+      put_u64(body, r.busy_ns);
+      body += r.payload;
+      return {static_cast<uint8_t>(FrameType::Result), body};
+    case WorkerReply::Kind::Need:
+      put_u64(body, r.bytes);
+      return {static_cast<uint8_t>(FrameType::Need), body};
+    case WorkerReply::Kind::Error:
+      put_string(body, r.error_type);
+      put_string(body, r.error_message);
+      put_u64(body, r.busy_ns);
+      return {static_cast<uint8_t>(FrameType::TaskError), body};
+    case WorkerReply::Kind::IterEnd: return {static_cast<uint8_t>(FrameType::IterEnd), body};
+  }
+  return {0, body};
+}
+
+bool is_reply(FrameType type) {
+  return type == FrameType::Result || type == FrameType::Need || type == FrameType::TaskError ||
+         type == FrameType::IterEnd;
+}
+
+WorkerReply decode_reply(uint8_t type, const std::string& body) {
+  const auto t = static_cast<FrameType>(type);
+  if (!is_reply(t)) throw RuntimeError(std::string("unexpected reply frame ") + frame_type_name(t));
+  return decoding(t, body, [t](Reader& in) {
+    WorkerReply r;
+    r.task = in.u64();
+    switch (t) {
+      case FrameType::Result:
+        r.kind = WorkerReply::Kind::Result;
+        r.slab = in.u64();
+        r.bytes = in.u64();
+        r.busy_ns = in.u64();
+        r.payload = in.rest();
+        break;
+      case FrameType::Need:
+        r.kind = WorkerReply::Kind::Need;
+        r.bytes = in.u64();
+        break;
+      case FrameType::TaskError:
+        r.kind = WorkerReply::Kind::Error;
+        r.error_type = in.string();
+        r.error_message = in.string();
+        r.busy_ns = in.u64();
+        break;
+      default: r.kind = WorkerReply::Kind::IterEnd; break;
+    }
+    return r;
+  });
+}
+
+std::string encode_stream_start(uint64_t task, const StreamStart& start) {
+  std::string body;
+  put_u64(body, task);
+  put_string(body, start.rng);
+  put_u64(body, start.state ? 1 : 0);
+  put_string(body, start.state.value_or(std::string()));
+  return body;
+}
+
+std::pair<uint64_t, StreamStart> decode_stream_start(const std::string& body) {
+  return decoding(FrameType::StreamStart, body, [](Reader& in) {
+    const uint64_t task = in.u64();
+    StreamStart start;
+    start.rng = in.string();
+    const bool has_state = in.u64() != 0;
+    std::string state = in.string();
+    if (has_state) start.state = std::move(state);
+    return std::pair<uint64_t, StreamStart>(task, std::move(start));
+  });
+}
+
+}  // namespace loader::runtime

@@ -1,0 +1,141 @@
+// The bodies of the frames between the main process and a worker (wire.h names the
+// frame types and moves frames; this header says what is in each one).  Every body is
+// encoded and decoded here and nowhere else: the main process's transports and the
+// worker host use these types, and tests/actors/frames_test.cpp round-trips each one.
+//
+// Decoding checks what it reads against the body (a truncated or oversized body, a
+// count that overruns it) and throws RuntimeError naming the frame: a peer that sends
+// garbage is a clean protocol error, never a read out of bounds.  A frame that carries
+// a descriptor (AddSlab, StatePage, Rings) has it in Frame::fd, not in its body.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "loader/runtime/epoch.h"
+#include "loader/runtime/protocol.h"
+#include "loader/runtime/wire.h"
+#include "loader/sampler.h"
+
+namespace loader::runtime {
+
+// ---------------------------------------------------------------- main process -> worker
+
+/// Task: worker, compute `indices` as task `task` into slab `slab` (0: none yet, the
+/// worker answers Need; kInlineSlab: the batch comes back in the reply).
+struct TaskFrame {
+  static constexpr FrameType kType = FrameType::Task;
+  uint64_t task = 0;
+  uint64_t slab = 0;
+  IndexBatch indices;
+  std::string encode() const;
+  /// The body of a task without building a TaskFrame (the indices are not copied twice).
+  static std::string encode(uint64_t task, uint64_t slab, const IndexBatch& indices);
+  static TaskFrame decode(const std::string& body);
+};
+
+/// UseSlab: retry task `task`, whose batch did not fit its slab, into slab `slab`.
+struct UseSlabFrame {
+  static constexpr FrameType kType = FrameType::UseSlab;
+  uint64_t task = 0;
+  uint64_t slab = 0;
+  std::string encode() const;
+  static UseSlabFrame decode(const std::string& body);
+};
+
+/// AddSlab: slab `id` of `size` bytes (its descriptor in the frame).
+struct AddSlabFrame {
+  static constexpr FrameType kType = FrameType::AddSlab;
+  uint64_t id = 0;
+  uint64_t size = 0;
+  std::string encode() const;
+  static AddSlabFrame decode(const std::string& body);
+};
+
+/// DropSlab: slab `id` is gone (the worker unmaps it).
+struct DropSlabFrame {
+  static constexpr FrameType kType = FrameType::DropSlab;
+  uint64_t id = 0;
+  std::string encode() const;
+  static DropSlabFrame decode(const std::string& body);
+};
+
+/// StatePage: the worker's generator state page of `size` bytes (its descriptor in the frame).
+struct StatePageFrame {
+  static constexpr FrameType kType = FrameType::StatePage;
+  uint64_t size = 0;
+  std::string encode() const;
+  static StatePageFrame decode(const std::string& body);
+};
+
+/// Rings: the pool's task and result rings (their descriptor in the frame): ring
+/// `capacity`, how many `workers` the segment holds, this worker's `index` in it and
+/// the `generation` allowed to use its rings.
+struct RingsFrame {
+  static constexpr FrameType kType = FrameType::Rings;
+  uint64_t capacity = 0;
+  uint64_t workers = 0;
+  uint64_t index = 0;
+  uint64_t generation = 0;
+  std::string encode() const;
+  static RingsFrame decode(const std::string& body);
+};
+
+/// SetRng: the generator state task `task` starts from (a restart, a resumed epoch).
+struct SetRngFrame {
+  static constexpr FrameType kType = FrameType::SetRng;
+  uint64_t task = 0;
+  std::string state;  ///< Generator::kStateBytes bytes
+  std::string encode() const;
+  static SetRngFrame decode(const std::string& body);
+};
+
+/// TaskSeeds: WorkerSeeding::PerTask's seeds of the epoch.
+struct TaskSeedsFrame {
+  static constexpr FrameType kType = FrameType::TaskSeeds;
+  uint64_t base_seed = 0;
+  uint64_t task_base = 0;
+  std::string encode() const;
+  static TaskSeedsFrame decode(const std::string& body);
+};
+
+/// ResumeStream: an iterable stream resumes (state hooks).
+std::string encode_stream_resume(const StreamResume& resume);
+StreamResume decode_stream_resume(const std::string& body);
+
+// (Init's body is the encoded WorkerConfig, child/worker_core.h: WorkerConfig::to_value;
+// Epoch and Shutdown have none.)
+
+// ---------------------------------------------------------------- worker -> main process
+
+/// Hello and Ready: the worker's pid.
+struct PidFrame {
+  int64_t pid = -1;
+  std::string encode() const;
+  static PidFrame decode(const std::string& body);
+};
+
+/// InitError: the worker cannot go on (`type`, `message`; `when`: what it was doing,
+/// empty: starting).
+struct InitErrorFrame {
+  static constexpr FrameType kType = FrameType::InitError;
+  std::string type;
+  std::string message;
+  std::string when;
+  std::string encode() const;
+  static InitErrorFrame decode(const std::string& body);
+};
+
+/// Result, Need, TaskError, IterEnd: a worker's reply, as the frame type and body.
+std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r);
+/// Parses a Result/Need/TaskError/IterEnd frame body (`type` as in wire.h).
+WorkerReply decode_reply(uint8_t type, const std::string& body);
+/// True for the frame types decode_reply reads.
+bool is_reply(FrameType type);
+
+/// StreamStart: how the stream answering `task` began.
+std::string encode_stream_start(uint64_t task, const StreamStart& start);
+std::pair<uint64_t, StreamStart> decode_stream_start(const std::string& body);
+
+}  // namespace loader::runtime

@@ -1,0 +1,96 @@
+// ShmTransport: the transport of a local worker (worker_transport.h), a child process
+// or, for WorkerMode::InProcess, a thread.  Tasks go out in the worker's task ring and
+// results come back in its result ring (the pool's WorkerRings, worker_rings.h), each
+// batch written into a shared-memory slab; every other frame, and one too large for a
+// ring, travels on the worker's Unix socket (the incarnation's Link: worker_link.h),
+// the frames that carry a descriptor (AddSlab, StatePage, Rings) always.  It keeps
+// which slabs the incarnation has mapped (AddSlab before the first task into a slab,
+// DropSlab once the store let it go) and the worker's generator state page
+// (rng_state_page.h), which outlives incarnations: a restarted worker resumes from it.
+//
+// Thread use as worker_transport.h says; the frames queued for the socket are the one
+// thing both the strand (queueing) and the owner (flush) touch, under out_mu_.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "loader/runtime/os/shm.h"
+#include "loader/runtime/parent/worker_link.h"
+#include "loader/runtime/parent/worker_transport.h"
+
+namespace loader::runtime {
+
+class SlabStore;
+class WorkerRings;
+
+/// Makes one incarnation's link (a WorkerLink, or a scripted one in tests).
+using IncarnationFactory = std::function<std::unique_ptr<Link>(const Link::Spec& spec)>;
+
+class ShmTransport final : public WorkerTransport {
+ public:
+  /// `rings`, `slabs` outlive the transport.  `spec`: the worker's id, mode and program
+  /// (the generation is set per start).  `rng_slots`: before-records on the state page.
+  ShmTransport(Link::Spec spec, IncarnationFactory make, WorkerRings& rings, SlabStore& slabs, uint64_t rng_slots);
+  ~ShmTransport() override;
+
+  bool shares_memory() const override { return true; }
+
+  void start(uint32_t gen) override;
+  void stop() override;
+  void say_shutdown() override;
+  void flush() override;
+  void watch(const Liveness& seen, std::chrono::milliseconds tick, std::chrono::milliseconds hello_deadline) override;
+  int pid() const override { return pid_.load(std::memory_order_acquire); }
+
+  void reset(uint32_t gen) override;
+  void prepare(std::string init) override;
+  void send(FrameType type, std::string body) override;
+  void send_task(uint64_t task, uint64_t slab, const IndexBatch& indices) override;
+  void use_slab(uint64_t task, uint64_t slab) override;
+  bool dirty() const override;
+  size_t take_results(const std::function<void(WorkerReply&&)>& sink) override;
+  std::optional<std::string> state_before(uint64_t task, uint64_t floor) const override;
+  std::optional<uint64_t> last_started() const override;
+
+ private:
+  struct OutFrame {
+    FrameType type;
+    std::string body;
+    std::shared_ptr<ShmSegment> fd_owner;  ///< passes its descriptor, kept alive until written
+  };
+  /// Strand: queues a socket frame.
+  void queue(FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner = nullptr);
+  /// Strand: AddSlab for `slab` unless the incarnation has it, DropSlab for slabs gone.
+  void announce(uint64_t slab);
+
+  const int worker_;
+  Link::Spec spec_;
+  IncarnationFactory make_;
+  WorkerRings& rings_;
+  SlabStore& slabs_;
+  const uint64_t rng_slots_;
+
+  // The owner's (under owner_lock()).
+  std::unique_ptr<Link> link_;
+  bool closed_ = false;
+  int stopped_ticks_ = 0;
+  std::atomic<int> pid_{-1};
+
+  // The strand's.
+  uint32_t gen_ = 0;
+  uint64_t socket_queued_ = 0;             ///< socket frames queued for this incarnation (worker_rings.h)
+  std::set<uint64_t> announced_;           ///< slabs the incarnation has mapped
+  size_t dropped_cursor_ = 0;              ///< SlabStore::dropped_since
+  std::shared_ptr<ShmSegment> state_page_; ///< RngStatePage, made by the first prepare()
+
+  mutable std::mutex out_mu_;
+  std::vector<OutFrame> outbox_;  ///< under out_mu_
+};
+
+}  // namespace loader::runtime
