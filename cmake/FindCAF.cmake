@@ -8,7 +8,7 @@
 # searched, so Debian's headers and libraries can never be mixed in.
 #
 # Defines CAF_FOUND, CAF_VERSION, CAF_LIBRARY_DIR and the imported targets
-# CAF::core, CAF::io.
+# CAF::core, CAF::io, and CAF::openssl when libcaf_openssl is there.
 find_package(Threads REQUIRED)
 
 if(NOT CAF_ROOT AND DEFINED ENV{CAF_ROOT})
@@ -20,6 +20,7 @@ if(NOT "${CAF_ROOT}" STREQUAL "${_CAF_SEARCHED_ROOT}")
   unset(CAF_INCLUDE_DIR CACHE)
   unset(CAF_CORE_LIBRARY CACHE)
   unset(CAF_IO_LIBRARY CACHE)
+  unset(CAF_OPENSSL_LIBRARY CACHE)
 endif()
 set(_CAF_SEARCHED_ROOT "${CAF_ROOT}" CACHE INTERNAL "CAF_ROOT of the last CAF search")
 
@@ -27,10 +28,12 @@ if(CAF_ROOT)
   find_path(CAF_INCLUDE_DIR caf/all.hpp PATHS "${CAF_ROOT}/include" NO_DEFAULT_PATH)
   find_library(CAF_CORE_LIBRARY caf_core PATHS "${CAF_ROOT}/lib" "${CAF_ROOT}/lib64" NO_DEFAULT_PATH)
   find_library(CAF_IO_LIBRARY caf_io PATHS "${CAF_ROOT}/lib" "${CAF_ROOT}/lib64" NO_DEFAULT_PATH)
+  find_library(CAF_OPENSSL_LIBRARY caf_openssl PATHS "${CAF_ROOT}/lib" "${CAF_ROOT}/lib64" NO_DEFAULT_PATH)
 else()
   find_path(CAF_INCLUDE_DIR caf/all.hpp)
   find_library(CAF_CORE_LIBRARY caf_core)
   find_library(CAF_IO_LIBRARY caf_io)
+  find_library(CAF_OPENSSL_LIBRARY caf_openssl)
 endif()
 
 if(CAF_INCLUDE_DIR AND EXISTS "${CAF_INCLUDE_DIR}/caf/config.hpp")
@@ -65,5 +68,13 @@ if(CAF_FOUND AND NOT TARGET CAF::core)
   set_target_properties(CAF::io PROPERTIES
     IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
     INTERFACE_LINK_LIBRARIES CAF::core)
+  # TLS for the network layer (libcaf-openssl), optional: an instrumented CAF built
+  # without it still builds the runtime, whose worker hosts then refuse --tls-*.
+  if(CAF_OPENSSL_LIBRARY AND EXISTS "${CAF_INCLUDE_DIR}/caf/openssl/manager.hpp")
+    add_library(CAF::openssl SHARED IMPORTED)
+    set_target_properties(CAF::openssl PROPERTIES
+      IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
+      INTERFACE_LINK_LIBRARIES CAF::io)
+  endif()
 endif()
-mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY)
+mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY CAF_OPENSSL_LIBRARY)

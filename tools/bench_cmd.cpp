@@ -242,6 +242,10 @@ struct BenchOptions {
   int64_t kill_worker_after = 0;  // map-style, workers > 0: SIGKILL worker 0 after this many batches of each epoch
   double timeout = 0;
   std::string root;               // W5: an image folder (default: the generated one)
+  std::vector<std::string> remote;  // --remote HOST:PORT: workers on other hosts (loader serve)
+  std::string token_file;           // --token-file: their secret
+  int64_t remote_timeout_ms = 10000;
+  std::string tls_cert, tls_key, tls_ca;
   bool decode_scaling = false;    // W5: JPEG DCT-scaled decoding
   bool memcpy = false;
   int64_t memcpy_mb = 256;
@@ -574,7 +578,8 @@ int run_bench(const BenchOptions& o) {
   const bool persistent = o.persistent;
   const bool pin = o.pin_memory;
   const bool no_in_order = o.no_in_order;  // --in-order (the default) and --no-in-order exclude each other
-  const int workers = static_cast<int>(o.workers);
+  // Local workers and those on other hosts: one pool (ids 0..L-1 local, L.. remote).
+  const int workers = static_cast<int>(o.workers) + static_cast<int>(o.remote.size());
   const int epochs = static_cast<int>(o.epochs.value_or(quick ? 2 : 3));
   const bool w5 = std::string(wl.name) == "W5";
   int64_t n = o.n.value_or(quick ? wl.quick_n : wl.n);
@@ -583,7 +588,8 @@ int run_bench(const BenchOptions& o) {
   const double timeout = o.timeout;
   const std::string variant = !o.variant.empty() ? o.variant : (wl.iterable ? "gen" : w5 ? "train" : "tensor");
   const std::string seeding = !o.seeding.empty() ? o.seeding : (w5 ? "per-task" : "per-worker");
-  if (workers < 0) throw UsageError("--workers must be >= 0");
+  if (o.workers < 0) throw UsageError("--workers must be >= 0");
+  if (!o.remote.empty() && o.token_file.empty()) throw UsageError("--remote needs --token-file");
   if (epochs <= 0) throw UsageError("--epochs must be positive");
   if (n <= 0 || b <= 0) throw UsageError("--n and --batch-size must be positive");
   if (!(o.checkpoint_at > 0 && o.checkpoint_at < 1))
@@ -610,7 +616,7 @@ int run_bench(const BenchOptions& o) {
   if (o.kill_worker_after > 0 && (wl.iterable || workers == 0 || o.max_worker_restarts < 1))
     throw UsageError("--kill-worker-after: a map-style workload with --workers >= 1 and --max-worker-restarts >= 1 "
                      "(the killed worker is restarted and its batches loaded again)");
-  const int resume_workers = static_cast<int>(o.resume_workers.value_or(o.workers));
+  const int resume_workers = static_cast<int>(o.resume_workers.value_or(workers));
   if (resume_workers < 0) throw UsageError("--resume-workers must be >= 0");
 
   if (o.ranks < 0 || o.resume_ranks < 0) throw UsageError("--ranks and --resume-ranks must be positive");
@@ -665,7 +671,13 @@ int run_bench(const BenchOptions& o) {
     if (o.sampler == "index-shuffle") opts.sampler = std::make_shared<IndexShuffleSampler>(map_ds, uint64_t{0});
     else opts.shuffle = true;
   }
-  opts.num_workers = workers;
+  opts.num_workers = static_cast<int>(o.workers);
+  opts.remote_workers = o.remote;
+  opts.remote_token_file = o.token_file;
+  opts.remote_timeout_ms = o.remote_timeout_ms;
+  opts.remote_tls_cert = o.tls_cert;
+  opts.remote_tls_key = o.tls_key;
+  opts.remote_tls_ca = o.tls_ca;
   if (o.prefetch_factor) opts.prefetch_factor = static_cast<int>(*o.prefetch_factor);
   opts.persistent_workers = persistent;
   opts.pin_memory = pin;
@@ -919,6 +931,16 @@ void add_bench_command(CLI::App& app) {
       ->check(kInt64)
       ->needs(checkpoint);
   cmd->add_option("--max-worker-restarts", o->max_worker_restarts, "max_worker_restarts (default 0)")->check(kInt64);
+  cmd->add_option("--remote", o->remote,
+                  "HOST:PORT of a worker host (`loader serve`), repeatable: remote workers after the --workers local "
+                  "ones (docs/remote.md)");
+  cmd->add_option("--token-file", o->token_file, "--remote: the file with the worker hosts' secret");
+  cmd->add_option("--remote-timeout-ms", o->remote_timeout_ms,
+                  "--remote: a host silent this long, or a task of it unanswered this long, is lost (default 10000)")
+      ->check(kInt64);
+  cmd->add_option("--tls-cert", o->tls_cert, "--remote over TLS: this client's certificate");
+  cmd->add_option("--tls-key", o->tls_key, "--remote over TLS: its key");
+  cmd->add_option("--tls-ca", o->tls_ca, "--remote over TLS: the CA of the hosts' certificates");
   cmd->add_option("--timeout", o->timeout, "timeout in seconds (default 0: none)");
   auto* memcpy = cmd->add_flag("--memcpy", o->memcpy, "measure this machine's copy bandwidth instead");
   auto* mb = cmd->add_option("--memcpy-mb", o->memcpy_mb, "--memcpy: MiB per thread (default 256)")->check(kInt64);

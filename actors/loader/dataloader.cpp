@@ -217,7 +217,7 @@ static std::shared_ptr<LoaderState> make_state(DataLoaderOptions options, bool i
   }
   s->pin_tracker = std::make_shared<PinTracker>(s->options.pin_memory);
   // PyTorch warns about too many workers in __init__, before any iteration.
-  if (s->options.num_workers > 0) runtime::check_worker_number(*s);
+  if (s->options.pool_workers() > 0) runtime::check_worker_number(*s);
   return s;
 }
 
@@ -239,7 +239,7 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
   } else if (o.batch_size) {
     s.batch_sampler = std::make_shared<BatchSampler>(s.sampler, *o.batch_size, o.drop_last);
   }
-  if (o.num_workers > 0 && !s.dataset->handle())
+  if (o.pool_workers() > 0 && !s.dataset->handle())
     throw ValueError(
         "num_workers > 0 needs a dataset that worker processes can rebuild: register its type "
         "with LOADER_REGISTER_DATASET and create it with loader::make_dataset({type, params}) "
@@ -250,7 +250,7 @@ DataLoader::DataLoader(std::shared_ptr<IterableDataset> dataset, DataLoaderOptio
     : state_(make_state(std::move(options), true)) {
   if (!dataset) throw ValueError("DataLoader: dataset is null");
   state_->iterable = std::move(dataset);
-  if (state_->options.num_workers > 0 && !state_->iterable->handle())
+  if (state_->options.pool_workers() > 0 && !state_->iterable->handle())
     throw ValueError(
         "num_workers > 0 needs a dataset that worker processes can rebuild: register its type "
         "with LOADER_REGISTER_ITERABLE_DATASET and create it with loader::make_iterable_dataset"
@@ -325,19 +325,19 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
   // base_seed: drawn at every iter(), also with 0 workers, as PyTorch does; persistent
   // workers draw it once, when they are created.
   const std::optional<uint64_t> persistent_seed =
-      s.options.num_workers > 0 ? runtime::persistent_base_seed(s) : std::nullopt;
+      s.options.pool_workers() > 0 ? runtime::persistent_base_seed(s) : std::nullopt;
   // A resumed epoch draws what the checkpointed one drew, so that the sampler's draws
   // that follow are the same; a finished one's next epoch draws as that loader would have.
   // WorkerSeeding::PerTask draws it at every iter(), persistent workers included: it
   // seeds the epoch's tasks (the workers keep the seeds they started with).
-  const bool per_task = s.options.worker_seeding == WorkerSeeding::PerTask && s.options.num_workers > 0;
+  const bool per_task = s.options.worker_seeding == WorkerSeeding::PerTask && s.options.pool_workers() > 0;
   bool draw = !persistent_seed || per_task;
   if (plan && !plan->finished) draw = plan->base_seed_drawn;
-  else if (plan && plan->same_workers && s.options.num_workers > 0) draw = !plan->pool_alive || per_task;
+  else if (plan && plan->same_workers && s.options.pool_workers() > 0) draw = !plan->pool_alive || per_task;
   uint64_t base_seed = 0;
   if (draw) {
     base_seed = static_cast<uint64_t>(s.generator().random_int64());
-    if (plan && !plan->finished && plan->same_workers && s.options.num_workers > 0 && base_seed != plan->base_seed)
+    if (plan && !plan->finished && plan->same_workers && s.options.pool_workers() > 0 && base_seed != plan->base_seed)
       throw ValueError(
           "DataLoader.load_state_dict: replaying the checkpointed epoch drew base_seed " + std::to_string(base_seed) +
           " where the epoch had drawn " + std::to_string(plan->base_seed) +
@@ -387,8 +387,8 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
       StreamResume r;
       r.state = plan->stream_states[w];
       r.skip = plan->stream_taken[w];
-      if (s.options.num_workers > 0) r.rng = *plan->worker_rng[w];
-      if (s.options.num_workers > 0) resume.streams.push_back(std::move(r));
+      if (s.options.pool_workers() > 0) r.rng = *plan->worker_rng[w];
+      if (s.options.pool_workers() > 0) resume.streams.push_back(std::move(r));
       else main_stream = std::move(r);
     }
     resume.first_worker = plan->stream_next;
@@ -426,24 +426,24 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
     resume.worker_rng = plan->worker_rng;
   } else if (plan && plan->pool_alive) {
     resume.worker_rng = plan->worker_rng;  // persistent workers' streams go on
-  } else if (plan && s.options.persistent_workers && s.options.num_workers > 0) {
+  } else if (plan && s.options.persistent_workers && s.options.pool_workers() > 0) {
     // A state taken while no persistent pool ran (before the loader's first epoch):
     // the next epoch's workers start as their Init leaves them, as they did then.  A
     // pool running now (its streams moved on by the epochs since, maybe in the middle
     // of a live iterator's epoch) is replaced (MultiProcessEpoch: fresh_workers()).
-    resume.worker_rng.assign(static_cast<size_t>(s.options.num_workers), std::nullopt);
+    resume.worker_rng.assign(static_cast<size_t>(s.options.pool_workers()), std::nullopt);
   }
-  if (s.iterable && s.options.num_workers > 0) {
+  if (s.iterable && s.options.pool_workers() > 0) {
     if (!resume.worker_rng.empty()) {
       start.iterable_rng = resume.worker_rng;  // each worker gets that state, or new workers their Init's
-      start.iterable_rng->resize(static_cast<size_t>(s.options.num_workers));
+      start.iterable_rng->resize(static_cast<size_t>(s.options.pool_workers()));
     } else if (!persistent_seed) {
-      start.iterable_rng.emplace(static_cast<size_t>(s.options.num_workers));  // new or re-initialised workers
+      start.iterable_rng.emplace(static_cast<size_t>(s.options.pool_workers()));  // new or re-initialised workers
     }
   }
   const uint64_t passed = main_stream || !resume.streams.empty() ? plan->consumed : 0;  // by the streams themselves
   std::unique_ptr<EpochBackend> backend;
-  if (s.options.num_workers == 0)
+  if (s.options.pool_workers() == 0)
     backend = make_single_process_epoch(s, std::move(source), base_seed, start.consumed, std::move(main_stream));
   else backend = runtime::make_multi_process_epoch(state_, base_seed, std::move(source), std::move(resume));
   Iterator it(std::move(backend), state_, std::move(start));
@@ -512,7 +512,7 @@ Value DataLoader::state_dict() const {
     p.finished = true;
     p.pool_alive = runtime::persistent_base_seed(s).has_value();
     p.streams_at_start = save_streams(loader_streams(s));
-    p.worker_rng.assign(static_cast<size_t>(s.options.num_workers), std::nullopt);
+    p.worker_rng.assign(static_cast<size_t>(s.options.pool_workers()), std::nullopt);
   }
   p.streams_now = save_streams(loader_streams(s));
   return encode_checkpoint(p, s);
@@ -619,7 +619,7 @@ ResumePlan DataLoader::Iterator::plan() const {
         "DataLoader.state_dict(): this epoch is an elastic checkpoint's stripe (merge_checkpoints), which a "
         "checkpoint cannot describe mid-way: save once it ended (the next epoch is the sampler's own), or merge the "
         "old ranks' checkpoints again to restart it");
-  const int workers = state_->options.num_workers;
+  const int workers = state_->options.pool_workers();
   ResumePlan p;
   p.finished = !backend_;
   p.streams_at_start = start_.streams;
@@ -671,7 +671,7 @@ void DataLoader::Iterator::stream_plan(ResumePlan& p) const {
   // State hooks: each stream resumes from the state it began from, passing the results
   // taken of it (iter_from); the round robin goes on where it stood.
   const EpochPosition pos = backend_->position();  // waits for the workers' reports
-  const int workers = state_->options.num_workers;
+  const int workers = state_->options.pool_workers();
   const std::string name = state_->iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type;
   const size_t n = static_cast<size_t>(std::max(1, workers));
   if (pos.stream_start.size() != n || pos.stream_taken.size() != n)

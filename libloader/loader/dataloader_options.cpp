@@ -33,7 +33,7 @@ void validate_options(const DataLoaderOptions& o, bool iterable) {
   if (!(o.timeout == o.timeout) || o.timeout == std::numeric_limits<double>::infinity())
     throw ValueError("timeout option should be a finite number of seconds (0 waits forever), but got " +
                      std::to_string(o.timeout));
-  if (o.num_workers == 0 && o.prefetch_factor.has_value())
+  if (o.pool_workers() == 0 && o.prefetch_factor.has_value())
     throw ValueError("prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 to enable multiprocessing.");
   if (o.prefetch_factor.has_value() && *o.prefetch_factor < 0)
     throw ValueError("prefetch_factor option should be non-negative");
@@ -41,12 +41,12 @@ void validate_options(const DataLoaderOptions& o, bool iterable) {
     throw ValueError("prefetch_factor=0 would never send a task to a worker (at most prefetch_factor * num_workers "
                      "tasks are in flight): use prefetch_factor >= 1");
   if (!o.pin_memory_device.empty()) pin_device_index(o.pin_memory_device);  // throws when malformed
-  if (!o.worker_executable.empty() && o.num_workers == 0)
+  if (!o.worker_executable.empty() && o.pool_workers() == 0)
     throw ValueError("worker_executable can only be used with multi-process loading (num_workers > 0), but got num_workers=0");
-  if (o.persistent_workers && o.num_workers == 0)
+  if (o.persistent_workers && o.pool_workers() == 0)
     throw ValueError("persistent_workers option needs num_workers > 0");
   if (!o.multiprocessing_context.empty()) {
-    if (o.num_workers == 0)
+    if (o.pool_workers() == 0)
       throw ValueError("multiprocessing_context can only be used with multi-process loading (num_workers > 0), but got num_workers=0");
     const auto& c = o.multiprocessing_context;
     if (c != "fork" && c != "spawn" && c != "forkserver")
@@ -76,15 +76,24 @@ void validate_options(const DataLoaderOptions& o, bool iterable) {
     throw ValueError("collate_fn and collate_fn_name are mutually exclusive: pass one of them");
   if (o.worker_init_fn && !o.worker_init_fn_name.empty())
     throw ValueError("worker_init_fn and worker_init_fn_name are mutually exclusive: pass one of them");
-  if (o.num_workers > 0 && o.collate_fn)
+  if (o.pool_workers() > 0 && o.collate_fn)
     throw ValueError("collate_fn is a function object, which cannot run in worker processes; register it with LOADER_REGISTER_COLLATE_FN(\"name\", fn) and set collate_fn_name = \"name\" (or use num_workers=0)");
-  if (o.num_workers > 0 && o.worker_init_fn)
+  if (o.pool_workers() > 0 && o.worker_init_fn)
     throw ValueError("worker_init_fn is a function object, which cannot run in worker processes; register it with LOADER_REGISTER_WORKER_INIT_FN(\"name\", fn) and set worker_init_fn_name = \"name\"");
   if (o.max_worker_restarts < 0)
     throw ValueError("max_worker_restarts should be non-negative, but got " + std::to_string(o.max_worker_restarts));
   if (o.worker_seeding == WorkerSeeding::PerTask && iterable)
     throw ValueError("worker_seeding=PerTask needs a map-style dataset: an IterableDataset's draws run on across a "
                      "worker's batches, so they cannot be seeded per index batch; use WorkerSeeding::PerWorker");
+  if (!o.remote_workers.empty() && o.remote_token_file.empty())
+    throw ValueError("remote_workers needs remote_token_file: the worker hosts serve only clients that present their "
+                     "secret (loader serve --token-file)");
+  if (o.remote_timeout_ms <= 0)
+    throw ValueError("remote_timeout_ms should be positive, but got " + std::to_string(o.remote_timeout_ms));
+  {
+    const int tls = !o.remote_tls_cert.empty() + !o.remote_tls_key.empty() + !o.remote_tls_ca.empty();
+    if (tls != 0 && tls != 3) throw ValueError("TLS to the worker hosts needs all of remote_tls_cert, remote_tls_key and remote_tls_ca");
+  }
   if (!o.collate_fn_name.empty()) (void)find_collate_fn(o.collate_fn_name);
   if (!o.worker_init_fn_name.empty()) (void)find_worker_init_fn(o.worker_init_fn_name);
 }

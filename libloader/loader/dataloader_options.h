@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 #include <string>
 
 #include "loader/collate.h"
@@ -148,8 +149,28 @@ struct DataLoaderOptions {
   /// "what /dev/shm has free".  Default 0.
   uint64_t shm_limit_bytes = 0;
 
+  /// Workers on other hosts, each "HOST:PORT" of a worker host (`loader serve`,
+  /// loader/serve.h, docs/remote.md).  They come after the num_workers local ones: local
+  /// workers are ids 0..num_workers-1, remote ones num_workers..; seeds (base_seed + id),
+  /// credits, round robin and in-order delivery are as for local workers, so 1 local +
+  /// 1 remote worker yield the bytes of 2 local ones.  Their batches come back inline
+  /// over the network (no shared memory).  Default none.
+  std::vector<std::string> remote_workers;
+  /// The file whose first line is the secret the worker hosts expect (required with
+  /// remote_workers).
+  std::string remote_token_file;
+  /// A remote worker silent this long (no heartbeat), or a task of it without an answer
+  /// this long, is lost: warned about once naming its host:port, and restarted on its
+  /// host (max_worker_restarts) or the epoch fails naming it.  Default 10 s.
+  int64_t remote_timeout_ms = 10000;
+  /// TLS to the worker hosts (all three or none): our certificate and key, and the CA
+  /// that signed the hosts' certificates (and that the hosts trust for ours).
+  std::string remote_tls_cert, remote_tls_key, remote_tls_ca;
+
   /// The prefetch factor in effect: prefetch_factor or 2.
   int effective_prefetch_factor() const { return prefetch_factor.value_or(2); }
+  /// The workers of a pool: the local ones and those on other hosts.
+  int pool_workers() const { return num_workers + static_cast<int>(remote_workers.size()); }
 };
 
 /// Checks option combinations exactly as torch.utils.data.DataLoader.__init__ does,

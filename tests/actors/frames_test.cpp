@@ -26,9 +26,13 @@ void expect_only_whole_bodies(const std::string& body, Decode decode, bool trail
       EXPECT_NE(std::string(e.what()).find("frame"), std::string::npos) << e.what();
     }
     // A prefix may be a whole smaller body only where the format has an optional tail.
-    if (!trailing_allowed) EXPECT_TRUE(threw) << "a body cut to " << n << " of " << body.size() << " bytes was read";
+    if (!trailing_allowed) {
+      EXPECT_TRUE(threw) << "a body cut to " << n << " of " << body.size() << " bytes was read";
+    }
   }
-  if (!trailing_allowed) EXPECT_THROW(decode(body + "x"), RuntimeError);
+  if (!trailing_allowed) {
+    EXPECT_THROW(decode(body + "x"), RuntimeError);
+  }
 }
 
 TEST(Frames, TaskRoundTripsAndRefusesBadCounts) {
@@ -150,10 +154,13 @@ TEST(Frames, EveryReplyKindRoundTrips) {
     EXPECT_EQ(d.payload, r.payload);
     EXPECT_EQ(d.error_type, r.error_type);
     EXPECT_EQ(d.error_message, r.error_message);
-    if (r.kind == WorkerReply::Kind::Result) EXPECT_EQ(d.slab, r.slab);
+    if (r.kind == WorkerReply::Kind::Result) {
+      EXPECT_EQ(d.slab, r.slab);
+    }
     // A Result's payload is the rest of the body: any cut of it is still a Result.
-    if (r.kind != WorkerReply::Kind::Result)
+    if (r.kind != WorkerReply::Kind::Result) {
       expect_only_whole_bodies(body, [type = type](const std::string& b) { decode_reply(type, b); });
+    }
   }
   EXPECT_THROW(decode_reply(static_cast<uint8_t>(FrameType::Task), std::string(8, '\0')), RuntimeError);
 }

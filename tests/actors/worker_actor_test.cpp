@@ -247,6 +247,7 @@ class FrameLog : public LinkEvents {
     frames_.push_back(std::move(f));
     cv_.notify_all();
   }
+  void on_reply(int, uint32_t, WorkerReply&&) override { ADD_FAILURE() << "a local worker's reply came as a message"; }
   void on_down(int, uint32_t, const WorkerExit&) override {
     std::lock_guard<std::mutex> lock(mu_);
     down_ = true;

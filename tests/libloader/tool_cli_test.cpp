@@ -52,7 +52,7 @@ TEST(ToolCli, VersionIsTheProjectVersion) {
 TEST(ToolCli, BadArgumentsExitTwoWithCli11sMessage) {
   REQUIRE_TOOL();
   const std::pair<const char*, const char*> cases[] = {
-      {"", "A subcommand (pt, sampler, split, bench, gpu-check, images) is required"},
+      {"", "A subcommand (pt, sampler, split, bench, gpu-check, images, serve) is required"},
       {"nonsense", "not expected: nonsense"},
       {"pt", "A subcommand (dump, copy) is required"},
       {"pt nonsense x.pt", "not expected"},

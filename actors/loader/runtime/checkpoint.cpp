@@ -250,7 +250,7 @@ Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
     marks.push_back(Value::list({Value(static_cast<int64_t>(count)), Value(static_cast<int64_t>(hash))}));
   return Value::dict({
       {"format", Value(kFormat)},
-      {"num_workers", Value(static_cast<int64_t>(o.num_workers))},
+      {"num_workers", Value(static_cast<int64_t>(o.pool_workers()))},
       {"persistent_workers", Value(o.persistent_workers)},
       // How the workers' generators were seeded: a per-task epoch resumes byte for byte
       // into any num_workers, a per-worker one only into the same workers.
@@ -297,16 +297,16 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
         kFormat1 + "'): not a checkpoint of this loader's version");
   const uint64_t workers = count_of(state, "num_workers");
   const bool persistent = flag_of(state, "persistent_workers");
-  const bool same_workers = workers == static_cast<uint64_t>(o.num_workers) && persistent == o.persistent_workers;
+  const bool same_workers = workers == static_cast<uint64_t>(o.pool_workers()) && persistent == o.persistent_workers;
   if (loader.iterable && !same_workers)
     bad("the checkpoint is of a loader with num_workers=" + std::to_string(workers) + std::string(", persistent_workers=") +
-        (persistent ? "true" : "false") + ", this one has num_workers=" + std::to_string(o.num_workers) +
+        (persistent ? "true" : "false") + ", this one has num_workers=" + std::to_string(o.pool_workers()) +
         ", persistent_workers=" + (o.persistent_workers ? "true" : "false") +
         ": an IterableDataset's epoch is resumed by running it again, and what its workers yield depends on "
         "these settings: use the ones of the loader checkpointed");
-  if (strict && workers != static_cast<uint64_t>(o.num_workers))
+  if (strict && workers != static_cast<uint64_t>(o.pool_workers()))
     bad("the checkpoint is of a loader with num_workers=" + std::to_string(workers) + ", this one has num_workers=" +
-        std::to_string(o.num_workers) +
+        std::to_string(o.pool_workers()) +
         (o.worker_seeding == WorkerSeeding::PerTask
              ? ": load_state_dict(state, /*strict=*/false) resumes it into this loader (seeded per task: the same "
                "batches, random draws included), or use the same num_workers"
@@ -714,7 +714,7 @@ ResumePlan decode_elastic(const Value& state, const LoaderState& loader) {
 bool resumable(const LoaderState& state) {
   // An IterableDataset's epoch is resumed by taking its results again in order: with
   // in_order=false and workers, the order it was taken in cannot be made again.
-  return state.options.in_order || !state.iterable || state.options.num_workers == 0;
+  return state.options.in_order || !state.iterable || state.options.pool_workers() == 0;
 }
 
 void check_resumable(const LoaderState& state, const char* what) {

@@ -130,6 +130,30 @@ class RngStatePage {
     return std::nullopt;
   }
 
+  /// Records a state given as bytes (Generator::kStateBytes of them): a main process
+  /// keeping the page of a worker on another host from the states its replies carry.
+  void write(uint64_t task, Phase phase, const std::string& state) {
+    if (state.size() != Generator::kStateBytes) throw RuntimeError("a generator state of the wrong size");
+    Generator g(0);
+    if (!g.set_state(state)) throw RuntimeError("a generator state that is not one");
+    write(task, phase, g);
+  }
+
+  /// The latest After record (the task it follows, the state), if any.  Exact only while
+  /// its writer is idle (a worker host reading its own worker's page between tasks).
+  std::optional<std::pair<uint64_t, std::string>> last_after() const {
+    std::string out(Generator::kStateBytes, '\0');
+    for (int tries = 0; tries < 1000; ++tries) {
+      const uint64_t s = word(0).load(std::memory_order_acquire);
+      if (s == 0) return std::nullopt;
+      const unsigned char* slot = after_slot(s);
+      const uint64_t t1 = get(slot, reinterpret_cast<unsigned char*>(out.data()));
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (t1 != 0 && tag_of(slot).load(std::memory_order_relaxed) == t1) return std::make_pair(t1 - 1, out);
+    }
+    return std::nullopt;
+  }
+
   /// The task of the most recent Before record, if any.
   std::optional<uint64_t> last_before() const {
     const uint64_t t = word(16).load(std::memory_order_acquire);

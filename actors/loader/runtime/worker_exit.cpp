@@ -28,6 +28,7 @@ std::string signal_name(int sig) {
 }  // namespace
 
 std::string WorkerExit::pytorch_sentence(int pid) const {
+  if (kind == Kind::HostLost) return "DataLoader worker on " + detail + ".";
   const std::string who = "DataLoader worker (pid " + std::to_string(pid) + ")";
   switch (kind) {
     case Kind::Signal:
@@ -50,6 +51,7 @@ std::string WorkerExit::pytorch_sentence(int pid) const {
       return who + " exited unexpectedly; its exit status is unknown because it was collected elsewhere in this "
                    "program (SIGCHLD is ignored, or something calls waitpid(-1)): leave the runtime's children "
                    "to it to see their signal or exit code.";
+    case Kind::HostLost: break;
   }
   return who + " exited unexpectedly.";
 }
@@ -66,6 +68,7 @@ std::string WorkerExit::describe() const {
     case Kind::ClosedLink: return "closed its connection" + (detail.empty() ? std::string() : " (" + detail + ")");
     case Kind::StartFailed: return "could not start";  // the sentence says why
     case Kind::StatusLost: return "exited, status collected elsewhere";
+    case Kind::HostLost: return "was lost";  // the sentence says where and how
   }
   return "exited";
 }

@@ -11,8 +11,9 @@ namespace loader::runtime {
 /// How a worker process ended (or why it is considered dead), in PyTorch's words.
 struct WorkerExit {
   /// StatusLost: the process is gone but its exit status went elsewhere (the
-  /// program ignores SIGCHLD or reaps with waitpid(-1)).
-  enum class Kind { Signal, ExitCode, Frozen, ClosedLink, StartFailed, StatusLost } kind = Kind::ClosedLink;
+  /// program ignores SIGCHLD or reaps with waitpid(-1)).  HostLost: a worker on
+  /// another host is gone (`detail`: "host:port: what happened").
+  enum class Kind { Signal, ExitCode, Frozen, ClosedLink, StartFailed, StatusLost, HostLost } kind = Kind::ClosedLink;
   int code = 0;            ///< signal number or exit status
   std::string detail;      ///< extra words (e.g. why a start failed)
   int pid = -1;            ///< the process that went down, when its link knows it

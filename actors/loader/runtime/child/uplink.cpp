@@ -17,7 +17,7 @@ bool Uplink::hello() {
   return write_frame(sock_, FrameType::Hello, PidFrame{pid_}.encode());
 }
 
-void Uplink::result(const WorkerReply& r) {
+void Uplink::result(WorkerReply& r) {
   if (status_) return;
   auto [type, body] = encode_reply(r);
   if (ring_ && r.kind == WorkerReply::Kind::Result &&

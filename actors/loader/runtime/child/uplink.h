@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "loader/runtime/child/uplink_actor.h"
 #include "loader/runtime/epoch.h"
 #include "loader/runtime/protocol.h"
 
@@ -21,7 +22,7 @@ namespace loader::runtime {
 
 class WorkerRingEnd;
 
-class Uplink {
+class Uplink final : public UplinkSink {
  public:
   /// `sock`: the worker's socket (not owned); `pid`: what Hello and Ready report (0 in
   /// a thread of the main process).
@@ -33,14 +34,14 @@ class Uplink {
   /// The start-up handshake; false when the socket is broken.
   bool hello();
   /// A task's outcome (result_msg); a broken link ends the worker (status 0).
-  void result(const WorkerReply& r);
+  void result(WorkerReply& r) override;
   /// The dataset was built and worker_init_fn ran (Ready).
-  void ready();
+  void ready() override;
   /// How the iterable stream answering `task` began (StreamStart, on the socket).
-  void stream_start(uint64_t task, const StreamStart& start);
+  void stream_start(uint64_t task, const StreamStart& start) override;
   /// The worker cannot go on: an InitError frame (type, message, `when` if not at
   /// start), and the worker ends with `status`.
-  void fatal(const std::string& type, const std::string& message, const std::string& when, int status);
+  void fatal(const std::string& type, const std::string& message, const std::string& when, int status) override;
 
   /// The worker's exit status once it must end (the link broke, or fatal()).
   std::optional<int> status() const { return status_; }

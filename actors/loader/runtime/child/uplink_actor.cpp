@@ -1,17 +1,16 @@
 #include "loader/runtime/child/uplink_actor.h"
 
-#include "loader/runtime/child/uplink.h"
 
 namespace loader::runtime {
 
 namespace {
 
 struct UplinkActorState {
-  Uplink* uplink = nullptr;
+  UplinkSink* uplink = nullptr;
   static inline const char* name = "loader.uplink";
 };
 
-uplink_actor::behavior_type uplink_behavior(uplink_actor::stateful_pointer<UplinkActorState> self, Uplink* uplink) {
+uplink_actor::behavior_type uplink_behavior(uplink_actor::stateful_pointer<UplinkActorState> self, UplinkSink* uplink) {
   self->state.uplink = uplink;
   return {
       [self](result_msg& r) { self->state.uplink->result(r.batch); },
@@ -28,7 +27,7 @@ uplink_actor::behavior_type uplink_behavior(uplink_actor::stateful_pointer<Uplin
 
 }  // namespace
 
-uplink_actor spawn_uplink_actor(caf::actor_system& sys, Uplink* uplink) {
+uplink_actor spawn_uplink_actor(caf::actor_system& sys, UplinkSink* uplink) {
   return sys.spawn<caf::lazy_init>(uplink_behavior, uplink);
 }
 

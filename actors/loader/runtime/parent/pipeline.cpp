@@ -33,7 +33,15 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
   // Before-records per state page: more than the tasks that can be in flight, at most 1024.
   const uint64_t rng_slots = std::min<uint64_t>(static_cast<uint64_t>(config_.prefetch_factor) * n + 1, 1024);
   std::vector<WorkerTransport*> transports;
+  const int local = n - static_cast<int>(config_.remote.size());
+  if (local < 0) throw RuntimeError("internal: more remote workers than workers");
   for (int w = 0; w < n; ++w) {
+    if (w >= local) {
+      transports_.push_back(std::make_unique<RemoteTransport>(w, config_.remote[static_cast<size_t>(w - local)], this,
+                                                              rng_slots));
+      transports.push_back(transports_.back().get());
+      continue;
+    }
     IncarnationFactory make = [this](const Link::Spec& spec) -> std::unique_ptr<Link> {
       if (config_.make_link) return config_.make_link(spec, this);
       return std::make_unique<WorkerLink>(spec, this);
@@ -557,6 +565,21 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
                     "DataLoader worker " + std::to_string(worker) + " sent a frame the main process cannot read (" +
                         frame_type_name(f.type) + "): " + e.what());
     }
+    run_stages_locked();
+    dirty = workers_->dirty();
+    notify_locked();
+  }
+  if (hooks_.flush_later)
+    for (int w : dirty) hooks_.flush_later(w);
+}
+
+void Pipeline::on_reply(int worker, uint32_t gen, WorkerReply&& reply) {
+  std::vector<int> dirty;
+  {
+    const auto lock = stages_->enter();
+    if (closed_) return;
+    const uint64_t task = reply.task;
+    stages_->send(stages_->link(worker), gen, result_msg{task, std::move(reply), worker});
     run_stages_locked();
     dirty = workers_->dirty();
     notify_locked();

@@ -80,6 +80,7 @@
 #include "loader/runtime/epoch.h"
 #include "loader/runtime/parent/reorder_buffer.h"
 #include "loader/runtime/child/worker_core.h"  // WorkerConfig
+#include "loader/runtime/parent/remote_transport.h"
 #include "loader/runtime/parent/shm_transport.h"
 #include "loader/runtime/parent/slab_store.h"
 #include "loader/runtime/parent/slot_actor.h"
@@ -119,8 +120,12 @@ struct PipelineConfig {
   std::optional<uint64_t> batch_bytes;  ///< slab size hint from sample_spec()
   /// How long a started process may take to say hello (enter run_worker_if_requested).
   std::chrono::milliseconds hello_deadline{10000};
-  /// Makes each incarnation's link; empty: a WorkerLink (a local process or thread).
+  /// Makes each incarnation's link of a local worker; empty: a WorkerLink (a local
+  /// process or thread).
   LinkFactory make_link;
+  /// Workers on other hosts: the last remote.size() of `workers` (a local worker's id
+  /// is below every remote one's).
+  std::vector<RemoteWorkerSpec> remote;
 };
 
 /// How the pipeline asks worker k's actor to act outside the calling thread
@@ -212,6 +217,7 @@ class Pipeline final : public LinkEvents,
 
   // ---- reader threads (LinkEvents)
   void on_frame(int worker, uint32_t gen, Frame& frame) override;
+  void on_reply(int worker, uint32_t gen, WorkerReply&& reply) override;
   void on_down(int worker, uint32_t gen, const WorkerExit& how) override;
 
   const std::shared_ptr<SlabStore>& slabs() const { return slabs_; }

@@ -96,23 +96,41 @@ class WorkerPool final : public ExitTeardown {
     cfg.in_process = o.worker_mode == WorkerMode::InProcess;
     cfg.executable = o.worker_executable;
     cfg.workers = worker_configs(state, base_seed, 0 - first_index);  // a new pipeline's first task is 0
+    if (!o.remote_workers.empty()) {
+      // Workers on other hosts: checked before anything starts (their handle must name
+      // nothing of this machine; their addresses must parse; the token file must read).
+      const DatasetBase* ds = state.dataset ? static_cast<const DatasetBase*>(state.dataset.get())
+                                            : static_cast<const DatasetBase*>(state.iterable.get());
+      if (auto why = remote_resource_error(ds->handle()->params))
+        throw ValueError("DataLoader: remote_workers: " + *why);
+      RemoteWorkerSpec spec;
+      spec.token = read_token_file(o.remote_token_file);
+      spec.timeout = std::chrono::milliseconds(o.remote_timeout_ms);
+      spec.tls_cert = o.remote_tls_cert;
+      spec.tls_key = o.remote_tls_key;
+      spec.tls_ca = o.remote_tls_ca;
+      for (const std::string& a : o.remote_workers) {
+        spec.address = parse_host_port(a, "DataLoader remote_workers");
+        cfg.remote.push_back(spec);
+      }
+    }
     // Slabs sized before the first task when the dataset describes its samples.
     if (state.dataset && state.auto_collation && o.collate_fn_name.empty() && o.batch_size) {
       if (auto spec = state.dataset->sample_spec()) cfg.batch_bytes = batch_bytes_of(*spec, *o.batch_size);
     }
     if (!state.slab_store) {
       SlabPolicy policy;
-      policy.num_workers = o.num_workers;
+      policy.num_workers = o.pool_workers();
       // One slab per task in flight (at most prefetch_factor, at most the tasks a
       // worker gets in an epoch), one being filled, one held by the application.
       uint64_t per_worker = static_cast<uint64_t>(std::max(1, cfg.prefetch_factor));
       if (state.batch_sampler) {
         if (auto n = state.batch_sampler->size())
-          per_worker = std::min<uint64_t>(per_worker, static_cast<uint64_t>(*n / o.num_workers + 1));
+          per_worker = std::min<uint64_t>(per_worker, static_cast<uint64_t>(*n / o.pool_workers() + 1));
       }
       policy.slabs_per_worker = static_cast<int>(std::min<uint64_t>(per_worker, 1u << 20)) + 2;
       policy.shm_limit_bytes = o.shm_limit_bytes;
-      state.slab_store = std::make_shared<SlabStore>(o.num_workers, policy, o.pin_memory, state.pin_tracker);
+      state.slab_store = std::make_shared<SlabStore>(o.pool_workers(), policy, o.pin_memory, state.pin_tracker);
     }
     const int workers = static_cast<int>(cfg.workers.size());
     pipeline_ = std::make_shared<Pipeline>(std::move(cfg), state.slab_store);
@@ -150,10 +168,10 @@ class WorkerPool final : public ExitTeardown {
     const DatasetBase* ds = state.dataset ? static_cast<const DatasetBase*>(state.dataset.get())
                                           : static_cast<const DatasetBase*>(state.iterable.get());
     std::vector<WorkerConfig> out;
-    for (int w = 0; w < o.num_workers; ++w) {
+    for (int w = 0; w < o.pool_workers(); ++w) {
       WorkerConfig c;
       c.worker_id = w;
-      c.num_workers = o.num_workers;
+      c.num_workers = o.pool_workers();
       c.seed = base_seed + static_cast<uint64_t>(w);
       c.dataset = *ds->handle();
       c.iterable = static_cast<bool>(state.iterable);
@@ -240,7 +258,7 @@ class MultiProcessEpoch final : public EpochBackend {
     // new processes do, once (a dataset's iter() may draw random numbers).
     const bool carried_over = s.options.persistent_workers && pool_->epochs > 0;
     if (s.iterable) {
-      stream_taken_.assign(static_cast<size_t>(s.options.num_workers), 0);
+      stream_taken_.assign(static_cast<size_t>(s.options.pool_workers()), 0);
       stream_next_ = resume.first_worker >= 0 ? resume.first_worker : 0;
     }
     epoch_ = pool_->pipeline().begin_epoch(std::move(source), carried_over, std::move(resume));

@@ -41,6 +41,9 @@ class LinkEvents {
   /// A frame of incarnation `gen` of worker `worker` (hello, ready, an error, a result
   /// that did not travel in a ring).
   virtual void on_frame(int worker, uint32_t gen, Frame& frame) = 0;
+  /// A reply of incarnation `gen` that came as a message, not a frame (a worker on
+  /// another host: its batch inline).
+  virtual void on_reply(int worker, uint32_t gen, WorkerReply&& reply) = 0;
   /// The incarnation is gone; `how` says how (a local process is reaped already).
   virtual void on_down(int worker, uint32_t gen, const WorkerExit& how) = 0;
 };

@@ -1,0 +1,249 @@
+#include "loader/serve.h"
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#if LOADER_WITH_CAF_OPENSSL
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/publish.hpp>
+#endif
+
+#include <signal.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "loader/error.h"
+#include "loader/runtime/actor_system.h"
+#include "loader/runtime/child/remote_session.h"
+#include "loader/runtime/child/worker_core.h"
+#include "loader/runtime/remote_protocol.h"
+
+namespace loader::runtime {
+
+namespace {
+
+struct ServeOptions {
+  HostPort listen;
+  std::string token;
+  std::string tls_cert, tls_key, tls_ca;
+  int64_t stats_every_ms = 0;
+  int64_t timeout_ms = 10000;
+  bool tls() const { return !tls_cert.empty(); }
+};
+
+const char* kUsage =
+    "usage: loader serve --listen HOST:PORT --token-file F [--tls-cert C --tls-key K --tls-ca A] "
+    "[--stats-every-ms MS] [--timeout-ms MS]";
+
+ServeOptions parse(int argc, char** argv) {
+  ServeOptions o;
+  std::optional<std::string> listen, token_file;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ValueError("loader serve: " + a + " needs a value; " + kUsage);
+      return argv[++i];
+    };
+    auto number = [&](const std::string& v) -> int64_t {
+      try {
+        size_t used = 0;
+        const long long n = std::stoll(v, &used);
+        if (used != v.size() || n < 0) throw std::invalid_argument(v);
+        return n;
+      } catch (const std::exception&) {
+        throw ValueError("loader serve: " + a + " takes a number of milliseconds, not '" + v + "'");
+      }
+    };
+    if (a == "--listen") listen = value();
+    else if (a == "--token-file") token_file = value();
+    else if (a == "--tls-cert") o.tls_cert = value();
+    else if (a == "--tls-key") o.tls_key = value();
+    else if (a == "--tls-ca") o.tls_ca = value();
+    else if (a == "--stats-every-ms") o.stats_every_ms = number(value());
+    else if (a == "--timeout-ms") o.timeout_ms = std::max<int64_t>(100, number(value()));
+    else throw ValueError("loader serve: unknown option '" + a + "'; " + kUsage);
+  }
+  if (!listen) throw ValueError(std::string("loader serve: --listen HOST:PORT is required; ") + kUsage);
+  if (!token_file) throw ValueError(std::string("loader serve: --token-file is required (clients present its secret); ") + kUsage);
+  o.listen = parse_host_port(*listen, "loader serve --listen");
+  o.token = read_token_file(*token_file);
+  const int tls_given = !o.tls_cert.empty() + !o.tls_key.empty() + !o.tls_ca.empty();
+  if (tls_given != 0 && tls_given != 3)
+    throw ValueError("loader serve: TLS needs all of --tls-cert, --tls-key and --tls-ca");
+#if !LOADER_WITH_CAF_OPENSSL
+  if (tls_given) throw ValueError("loader serve: this build has no TLS (it was built without libcaf-openssl)");
+#endif
+  return o;
+}
+
+/// The worker host's actor system: CAF's network layer (and TLS), BASP heartbeats so
+/// that a silent peer is dropped, the runtime's message types.
+class ServeConfig : public caf::actor_system_config {
+ public:
+  explicit ServeConfig(const ServeOptions& o) {
+    guard_scheduler_start(*this);
+    add_remote_types(*this);
+    load<caf::io::middleman>();
+#if LOADER_WITH_CAF_OPENSSL
+    if (o.tls()) {
+      load<caf::openssl::manager>();
+      set("openssl.certificate", o.tls_cert);
+      set("openssl.key", o.tls_key);
+      set("openssl.cafile", o.tls_ca);
+    }
+#endif
+    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
+    set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.timeout_ms)});
+    set("logger.verbosity", caf::atom("quiet"));
+    set("logger.console", caf::atom("none"));
+  }
+};
+
+void log_line(const std::string& s) {
+  std::cerr << "loader serve: " << s << std::endl;
+}
+
+struct SessionState {
+  std::unique_ptr<RemoteSession> session;
+  ServeCounters* counters = nullptr;
+  static inline const char* name = "loader.remote_session";
+};
+
+/// One remote worker slot: the client's messages, in order, to the worker actor.
+caf::behavior session_behavior(caf::stateful_actor<SessionState>* self, caf::actor client, ServeCounters* counters,
+                               std::chrono::milliseconds timeout) {
+  self->state.counters = counters;
+  counters->clients.fetch_add(1);
+  counters->sessions.fetch_add(1);
+  self->state.session = std::make_unique<RemoteSession>(self->system(), client, *counters);
+  self->monitor(client);
+  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
+  self->attach_functor([counters] { counters->clients.fetch_sub(1); });
+  auto refuse = [self, client](const std::string& type, const std::string& why) {
+    self->send(client, fatal_atom::value, type, why, std::string(), int32_t{1});
+  };
+  return {
+      [self](task_msg& t) {
+        if (self->state.session->ended()) return;
+        t.slab = kInlineSlab;  // nothing is shared with the client: every batch inline
+        self->state.session->deliver(std::move(t));
+      },
+      [self, refuse](init_atom, std::string& config) {
+        if (self->state.session->ended()) return;
+        // Only a handle this host can open may build: a dataset naming the client's
+        // resources is refused naming the parameter.
+        try {
+          const WorkerConfig c = WorkerConfig::from_value(decode_value(config));
+          if (auto why = remote_resource_error(c.dataset.params)) return refuse("ValueError", *why);
+        } catch (const std::exception& e) {
+          return refuse("RuntimeError", std::string("the worker configuration cannot be read: ") + e.what());
+        }
+        self->state.session->deliver(init_atom::value, std::move(config));
+      },
+      [self](set_rng_atom a, uint64_t task, std::string& state) {
+        if (!self->state.session->ended()) self->state.session->deliver(a, task, std::move(state));
+      },
+      [self](epoch_atom a) {
+        if (!self->state.session->ended()) self->state.session->deliver(a);
+      },
+      [self](seeds_atom a, uint64_t base_seed, uint64_t task_base) {
+        if (!self->state.session->ended()) self->state.session->deliver(a, base_seed, task_base);
+      },
+      [self](resume_atom a, uint64_t skip, std::string& rng, std::string& state) {
+        if (!self->state.session->ended()) self->state.session->deliver(a, skip, std::move(rng), std::move(state));
+      },
+      [self, client](ping_atom, uint64_t n) { self->send(client, pong_atom::value, n); },
+      [self](bye_atom) { self->quit(); },
+      caf::after(timeout) >> [self] { self->quit(); },  // the client went silent: gone
+  };
+}
+
+/// The published actor: checks a client's token before anything is built.
+caf::behavior gate_behavior(caf::event_based_actor* self, std::string token, ServeCounters* counters,
+                            std::chrono::milliseconds timeout) {
+  return {
+      [self, token, counters, timeout](open_atom, uint64_t version, const std::string& presented,
+                                       caf::actor client) -> std::tuple<bool, std::string, caf::actor> {
+        if (version != kRemoteProtocolVersion) {
+          counters->refused.fetch_add(1);
+          log_line("refused a client speaking protocol version " + std::to_string(version) + " (this host: " +
+                   std::to_string(kRemoteProtocolVersion) + ")");
+          return {false, "protocol version " + std::to_string(version) + " against the host's " +
+                             std::to_string(kRemoteProtocolVersion) + ": run the same loader release on both sides",
+                  caf::actor()};
+        }
+        if (!client || !tokens_equal(presented, token)) {
+          counters->refused.fetch_add(1);
+          log_line("refused a client: authentication failed (wrong or missing token)");
+          return {false, "authentication failed (wrong or missing token)", caf::actor()};
+        }
+        auto session = self->spawn(session_behavior, client, counters, timeout);
+        return {true, "", caf::actor_cast<caf::actor>(session)};
+      },
+  };
+}
+
+}  // namespace
+
+int serve(int argc, char** argv) {
+  ServeOptions o;
+  try {
+    o = parse(argc, argv);
+  } catch (const Error& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  // SIGINT and SIGTERM end the server: blocked in every thread, taken by sigtimedwait.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  ServeCounters counters;
+  int rc = 0;
+  try {
+    ServeConfig cfg(o);
+    auto sys = start_actor_system(cfg);
+    auto gate = sys->spawn(gate_behavior, o.token, &counters, std::chrono::milliseconds(o.timeout_ms));
+#if LOADER_WITH_CAF_OPENSSL
+    caf::expected<uint16_t> port = o.tls() ? caf::openssl::publish(gate, o.listen.port, o.listen.host.c_str())
+                                           : sys->middleman().publish(gate, o.listen.port, o.listen.host.c_str());
+#else
+    caf::expected<uint16_t> port = sys->middleman().publish(gate, o.listen.port, o.listen.host.c_str());
+#endif
+    if (!port) {
+      std::cerr << "loader serve: cannot listen on " << o.listen.text() << ": " << sys->render(port.error()) << "\n";
+      caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+      return 1;
+    }
+    std::cout << "{\"listening\": \"" << o.listen.host << ":" << *port << "\", \"tls\": " << (o.tls() ? "true" : "false")
+              << "}" << std::endl;
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t period = o.stats_every_ms > 0 ? o.stats_every_ms : 1000;
+    while (true) {
+      timespec ts{static_cast<time_t>(period / 1000), static_cast<long>((period % 1000) * 1000000)};
+      const int sig = sigtimedwait(&stop, nullptr, &ts);
+      if (sig == SIGINT || sig == SIGTERM) break;
+      if (o.stats_every_ms > 0) {
+        const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::cout << "{\"t_s\": " << t << ", \"clients\": " << counters.clients.load()
+                  << ", \"sessions\": " << counters.sessions.load() << ", \"refused\": " << counters.refused.load()
+                  << ", \"tasks_done\": " << counters.tasks_done.load()
+                  << ", \"bytes_sent\": " << counters.bytes_sent.load() << "}" << std::endl;
+      }
+    }
+    caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+  } catch (const std::exception& e) {
+    std::cerr << "loader serve: " << e.what() << "\n";
+    rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace loader::runtime

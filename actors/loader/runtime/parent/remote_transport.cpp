@@ -1,0 +1,399 @@
+#include "loader/runtime/parent/remote_transport.h"
+
+#include <caf/io/all.hpp>
+#if LOADER_WITH_CAF_OPENSSL
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/remote_actor.hpp>
+#endif
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "loader/error.h"
+#include "loader/runtime/actor_system.h"
+#include "loader/runtime/frames.h"
+#include "loader/runtime/rng_state_page.h"
+
+namespace loader::runtime {
+
+namespace {
+
+/// The process's actor system for workers on other hosts: CAF's network layer (and TLS
+/// when the first remote pool asks for it), made on first use and kept to the process's
+/// end.  BASP heartbeats keep an idle connection alive at the host (its connection
+/// timeout); the loss of a host is decided by the transports themselves.
+class RemoteConfig : public caf::actor_system_config {
+ public:
+  explicit RemoteConfig(const RemoteWorkerSpec& s) {
+    guard_scheduler_start(*this);
+    add_remote_types(*this);
+    load<caf::io::middleman>();
+#if LOADER_WITH_CAF_OPENSSL
+    if (!s.tls_cert.empty()) {
+      load<caf::openssl::manager>();
+      set("openssl.certificate", s.tls_cert);
+      set("openssl.key", s.tls_key);
+      set("openssl.cafile", s.tls_ca);
+    }
+#endif
+    set("scheduler.max-threads", 2);
+    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
+    set("logger.verbosity", caf::atom("quiet"));
+    set("logger.console", caf::atom("none"));
+  }
+};
+
+caf::actor_system& remote_system(const RemoteWorkerSpec& s) {
+  static std::mutex mu;
+  static caf::actor_system* sys = nullptr;  // kept to the process's end
+  static std::string tls_key;
+  const std::string key = s.tls_cert + "\n" + s.tls_key + "\n" + s.tls_ca;
+  std::lock_guard<std::mutex> l(mu);
+  if (!sys) {
+#if !LOADER_WITH_CAF_OPENSSL
+    if (!s.tls_cert.empty())
+      throw ValueError("DataLoader: remote_tls_* needs TLS, and this build has none (built without libcaf-openssl)");
+#endif
+    auto* cfg = new RemoteConfig(s);  // the system keeps a reference to its configuration
+    sys = start_actor_system(*cfg).release();
+    tls_key = key;
+  } else if (key != tls_key) {
+    throw ValueError("DataLoader: the workers on other hosts of one process share one TLS configuration; this loader "
+                     "names other remote_tls_* files than the first one that connected");
+  }
+  return *sys;
+}
+
+/// A plain TCP connect to `a`, bounded by `timeout` (CAF's own connect has no bound: an
+/// unreachable host would hold the pool for minutes).  Throws RuntimeError saying why.
+void probe_connect(const HostPort& a, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(a.port);
+  if (int rc = getaddrinfo(a.host.c_str(), port.c_str(), &hints, &res); rc != 0)
+    throw RuntimeError("cannot resolve the worker host " + a.text() + ": " + gai_strerror(rc));
+  std::string why = "no address";
+  bool ok = false;
+  for (addrinfo* p = res; p && !ok; p = p->ai_next) {
+    const int fd = socket(p->ai_family, p->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, p->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    if (connect(fd, p->ai_addr, p->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd pfd{fd, POLLOUT, 0};
+      const int n = poll(&pfd, 1, static_cast<int>(timeout.count()));
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (n == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) ok = true;
+      else why = n == 0 ? "no answer within " + std::to_string(timeout.count()) + " ms" : std::strerror(err ? err : errno);
+    } else {
+      why = std::strerror(errno);
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  if (!ok) throw RuntimeError("cannot connect to the worker host " + a.text() + ": " + why);
+}
+
+/// Before-records on a remote worker's page: as a local one's.
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+/// The client actors' way into their transport: gone (nullptr) once the transport is.
+struct RemoteTransport::Inbox {
+  std::mutex mu;
+  RemoteTransport* t = nullptr;
+  std::atomic<int64_t> last_heard_ns{0};
+
+  void heard() { last_heard_ns.store(now_ns(), std::memory_order_relaxed); }
+
+  /// A reply of incarnation `gen`: its states on the page, its task answered, on to the pool.
+  void reply(uint32_t gen, result_msg& r, const std::string& before, const std::string& after) {
+    heard();
+    std::lock_guard<std::mutex> l(mu);
+    if (!t) return;
+    {
+      std::lock_guard<std::mutex> tl(t->mu_);
+      if (gen != t->gen_) return;  // an older incarnation's
+      t->in_flight_.erase(r.batch.task);
+    }
+    RngStatePage page(t->page_.get(), t->page_bytes_);
+    if (!before.empty()) page.write(r.batch.task, RngStatePage::Before, before);
+    if (!after.empty()) page.write(r.batch.task, RngStatePage::After, after);
+    t->events_->on_reply(t->worker_, gen, std::move(r.batch));
+  }
+
+  /// An event of incarnation `gen` as the frame a local worker would have sent.
+  void frame(uint32_t gen, FrameType type, std::string body) {
+    heard();
+    std::lock_guard<std::mutex> l(mu);
+    if (!t) return;
+    Frame f{type, std::move(body), UniqueFd()};
+    t->events_->on_frame(t->worker_, gen, f);
+  }
+
+  void lost(uint32_t gen, const std::string& why) {
+    std::lock_guard<std::mutex> l(mu);
+    if (t) t->lost(gen, why);
+  }
+};
+
+namespace {
+
+struct ClientState {
+  std::shared_ptr<RemoteTransport::Inbox> inbox;
+  uint32_t gen = 0;
+  caf::actor session;
+  uint64_t pings = 0;
+  static inline const char* name = "loader.remote_client";
+};
+
+/// Receives what incarnation `gen`'s session sends; pings it every second.
+caf::behavior client_behavior(caf::stateful_actor<ClientState>* self, std::shared_ptr<RemoteTransport::Inbox> inbox,
+                              uint32_t gen, std::string where) {
+  self->state.inbox = std::move(inbox);
+  self->state.gen = gen;
+  self->set_down_handler([self, where](caf::down_msg& m) {
+    if (m.source != self->state.session.address()) return;
+    self->state.inbox->lost(self->state.gen, where + ": its connection closed (the host or its server stopped, or "
+                                                     "the network dropped the connection)");
+    self->quit();
+  });
+  return {
+      [self](open_atom, caf::actor session) {
+        self->state.session = session;
+        self->monitor(session);
+        self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+      },
+      [self](tick_atom) {
+        if (!self->state.session) return;
+        self->send(self->state.session, ping_atom::value, ++self->state.pings);
+        self->delayed_send(self, std::chrono::seconds(1), tick_atom::value);
+      },
+      [self](pong_atom, uint64_t) { self->state.inbox->heard(); },
+      [self](result_msg& r, const std::string& before, const std::string& after) {
+        self->state.inbox->reply(self->state.gen, r, before, after);
+      },
+      [self](ready_atom) { self->state.inbox->frame(self->state.gen, FrameType::Ready, PidFrame{-1}.encode()); },
+      [self](stream_atom, uint64_t task, std::string& rng, bool has_state, std::string& state) {
+        StreamStart s{std::move(rng), std::nullopt};
+        if (has_state) s.state = std::move(state);
+        self->state.inbox->frame(self->state.gen, FrameType::StreamStart, encode_stream_start(task, s));
+      },
+      [self](fatal_atom, std::string& type, std::string& message, std::string& when, int32_t) {
+        self->state.inbox->frame(self->state.gen, FrameType::InitError, InitErrorFrame{type, message, when}.encode());
+      },
+  };
+}
+
+}  // namespace
+
+RemoteTransport::RemoteTransport(int worker, RemoteWorkerSpec spec, LinkEvents* events, uint64_t rng_slots)
+    : worker_(worker),
+      spec_(std::move(spec)),
+      events_(events),
+      inbox_(std::make_shared<Inbox>()),
+      page_bytes_(RngStatePage::bytes_for(rng_slots)) {
+  page_.reset(new uint64_t[(page_bytes_ + 7) / 8]());
+  RngStatePage::format(page_.get(), rng_slots);
+  inbox_->t = this;
+}
+
+RemoteTransport::~RemoteTransport() {
+  {
+    std::lock_guard<std::mutex> l(inbox_->mu);
+    inbox_->t = nullptr;  // a client actor still running calls nothing from now on
+  }
+  stop();
+}
+
+// ------------------------------------------------------------------ the owner
+
+void RemoteTransport::start(uint32_t gen) {
+  caf::actor_system& sys = remote_system(spec_);
+  const std::string where = spec_.address.text();
+  probe_connect(spec_.address, spec_.timeout);
+#if LOADER_WITH_CAF_OPENSSL
+  caf::expected<caf::actor> gate = spec_.tls_cert.empty()
+                                       ? sys.middleman().remote_actor(spec_.address.host, spec_.address.port)
+                                       : caf::openssl::remote_actor(sys, spec_.address.host, spec_.address.port);
+#else
+  caf::expected<caf::actor> gate = sys.middleman().remote_actor(spec_.address.host, spec_.address.port);
+#endif
+  if (!gate)
+    throw RuntimeError("cannot reach the worker host at " + where + ": " + sys.render(gate.error()) +
+                       (spec_.tls_cert.empty() ? std::string()
+                                               : " (TLS: is the host's certificate signed by remote_tls_ca, and ours "
+                                                 "by the CA the host trusts?)"));
+  auto client = sys.spawn(client_behavior, inbox_, gen, where);
+  bool ok = false;
+  std::string why = "no answer within " + std::to_string(spec_.timeout.count()) + " ms";
+  caf::actor session;
+  {
+    caf::scoped_actor self{sys};
+    self->request(*gate, spec_.timeout, open_atom::value, kRemoteProtocolVersion, spec_.token, client)
+        .receive(
+            [&](bool accepted, std::string& reason, caf::actor& s) {
+              ok = accepted && s;
+              why = reason;
+              session = std::move(s);
+            },
+            [&](caf::error& e) { why = sys.render(e); });
+  }
+  if (!ok) {
+    caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+    if (why.find("authentication") != std::string::npos)
+      throw RuntimeError("authentication failed at " + where + ": the host refused remote_token_file's token (" +
+                         why + ")");
+    throw RuntimeError("the worker host at " + where + " refused the worker: " + why);
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    gen_ = gen;
+    session_ = session;
+    client_ = client;
+    lost_reported_ = false;
+    in_flight_.clear();
+  }
+  inbox_->heard();
+  caf::anon_send(client, open_atom::value, session);
+  // Connected and authenticated: the incarnation's hello (the watchdog stops waiting).
+  Frame hello{FrameType::Hello, PidFrame{-1}.encode(), UniqueFd()};
+  events_->on_frame(worker_, gen, hello);
+}
+
+void RemoteTransport::stop() {
+  caf::actor session, client;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    session = std::move(session_);
+    client = std::move(client_);
+    session_ = caf::actor();
+    client_ = caf::actor();
+    lost_reported_ = true;  // a stopped incarnation is not reported lost
+    in_flight_.clear();
+  }
+  if (session) caf::anon_send(session, bye_atom::value);
+  if (client) caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+}
+
+void RemoteTransport::say_shutdown() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (session_) caf::anon_send(session_, bye_atom::value);
+}
+
+void RemoteTransport::watch(const Liveness&, std::chrono::milliseconds, std::chrono::milliseconds) {
+  const auto now = std::chrono::steady_clock::now();
+  uint32_t gen;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!session_ || lost_reported_) return;
+    gen = gen_;
+    const int64_t silent_ms = (now_ns() - inbox_->last_heard_ns.load(std::memory_order_relaxed)) / 1000000;
+    if (silent_ms > spec_.timeout.count()) {
+      why = spec_.address.text() + ": it sent nothing for " + std::to_string(silent_ms) +
+            " ms (remote_timeout " + std::to_string(spec_.timeout.count()) +
+            " ms): the host is frozen, overloaded or cut off";
+    } else if (!in_flight_.empty()) {
+      auto oldest = in_flight_.begin();
+      for (auto it = in_flight_.begin(); it != in_flight_.end(); ++it)
+        if (it->second < oldest->second) oldest = it;
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest->second);
+      if (waited > spec_.timeout)
+        why = spec_.address.text() + ": task " + std::to_string(oldest->first) + " got no answer within " +
+              std::to_string(spec_.timeout.count()) + " ms (remote_timeout)";
+    }
+  }
+  if (!why.empty()) lost(gen, why);
+}
+
+void RemoteTransport::lost(uint32_t gen, const std::string& why) {
+  caf::actor client;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (gen != gen_ || lost_reported_) return;
+    lost_reported_ = true;
+    client = client_;
+  }
+  if (client) caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  events_->on_down(worker_, gen, WorkerExit{WorkerExit::Kind::HostLost, 0, why});
+}
+
+// ------------------------------------------------------------------ the strand
+
+void RemoteTransport::reset(uint32_t) {
+  std::lock_guard<std::mutex> l(mu_);
+  in_flight_.clear();
+}
+
+void RemoteTransport::prepare(std::string init) { send(FrameType::Init, std::move(init)); }
+
+void RemoteTransport::send(FrameType type, std::string body) {
+  caf::actor s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    s = session_;
+  }
+  if (!s) return;
+  switch (type) {
+    case FrameType::Init: caf::anon_send(s, init_atom::value, std::move(body)); break;
+    case FrameType::SetRng: {
+      SetRngFrame f = SetRngFrame::decode(body);
+      caf::anon_send(s, set_rng_atom::value, f.task, std::move(f.state));
+      break;
+    }
+    case FrameType::Epoch: caf::anon_send(s, epoch_atom::value); break;
+    case FrameType::TaskSeeds: {
+      const TaskSeedsFrame f = TaskSeedsFrame::decode(body);
+      caf::anon_send(s, seeds_atom::value, f.base_seed, f.task_base);
+      break;
+    }
+    case FrameType::ResumeStream: {
+      StreamResume r = decode_stream_resume(body);
+      caf::anon_send(s, resume_atom::value, r.skip, std::move(r.rng), std::move(r.state));
+      break;
+    }
+    case FrameType::Shutdown: caf::anon_send(s, bye_atom::value); break;
+    default:
+      throw RuntimeError(std::string("internal: a ") + frame_type_name(type) +
+                         " frame for a worker on another host (it shares no memory)");
+  }
+}
+
+void RemoteTransport::send_task(uint64_t task, uint64_t, const IndexBatch& indices) {
+  caf::actor s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    s = session_;
+    if (!s) return;
+    in_flight_[task] = std::chrono::steady_clock::now();
+  }
+  caf::anon_send(s, task_msg{task, indices, kInlineSlab});
+}
+
+std::optional<std::string> RemoteTransport::state_before(uint64_t task, uint64_t floor) const {
+  RngStatePage page(page_.get(), page_bytes_);
+  if (auto s = page.state_before(task, floor)) return std::string(reinterpret_cast<const char*>(s->data()), s->size());
+  return std::nullopt;
+}
+
+std::optional<uint64_t> RemoteTransport::last_started() const {
+  return RngStatePage(page_.get(), page_bytes_).last_before();
+}
+
+}  // namespace loader::runtime

@@ -1,0 +1,94 @@
+// RemoteTransport: link k's transport to a worker on another host (worker_transport.h):
+// a session of a worker host (`loader serve`, child/serve.cpp) reached over CAF's
+// network layer (remote_protocol.h).  No shared memory: every task goes out for a batch
+// inline, and each reply carries the generator states its task started from and ended
+// with, which this transport keeps on a state page of its own, so that restarts and
+// checkpoints resume a remote worker's random stream exactly as a local one's.
+//
+// An incarnation is one authenticated session: start() connects (a TCP probe bounded
+// by the timeout first: CAF's connect has none), presents the token, and gets the
+// session's handle; a client actor in the process's network actor system receives
+// what the session sends and pings it every second.  The host is declared lost, once
+// per incarnation and with one warning naming host:port (LinkEvents::on_down,
+// WorkerExit::HostLost), when its connection closes (a killed host, a server that
+// exited), when it sends nothing for `timeout` (frozen, cut off), or when a task gets no
+// answer within `timeout` (CAF leaves requests to a dead or frozen peer pending).
+//
+// Thread use as worker_transport.h says; the client actor's thread calls the pool's
+// LinkEvents, and the handle of the session and the tasks in flight are under mu_.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "loader/runtime/parent/worker_transport.h"
+#include "loader/runtime/remote_protocol.h"
+
+namespace loader::runtime {
+
+/// Where a remote worker runs and how to reach it.
+struct RemoteWorkerSpec {
+  HostPort address;
+  std::string token;                          ///< the shared secret (read from the token file)
+  std::chrono::milliseconds timeout{10000};   ///< silence or a task without answer this long: lost
+  std::string tls_cert, tls_key, tls_ca;      ///< TLS (all three, or none)
+};
+
+class RemoteTransport final : public WorkerTransport {
+ public:
+  /// `events` outlives the transport.  `rng_slots`: before-records on its state page.
+  RemoteTransport(int worker, RemoteWorkerSpec spec, LinkEvents* events, uint64_t rng_slots);
+  ~RemoteTransport() override;
+
+  bool shares_memory() const override { return false; }
+
+  void start(uint32_t gen) override;
+  void stop() override;
+  void say_shutdown() override;
+  void flush() override {}  // messages go out as they are sent
+  void watch(const Liveness& seen, std::chrono::milliseconds tick, std::chrono::milliseconds hello_deadline) override;
+  int pid() const override { return -1; }
+
+  void reset(uint32_t gen) override;
+  void prepare(std::string init) override;
+  void send(FrameType type, std::string body) override;
+  void send_task(uint64_t task, uint64_t slab, const IndexBatch& indices) override;
+  void use_slab(uint64_t, uint64_t) override {}  // never: every batch is inline
+  bool dirty() const override { return false; }
+  size_t take_results(const std::function<void(WorkerReply&&)>&) override { return 0; }
+  std::optional<std::string> state_before(uint64_t task, uint64_t floor) const override;
+  std::optional<uint64_t> last_started() const override;
+
+  /// What the client actor hands over (its thread).  Each names the incarnation it
+  /// belongs to; an older one's is dropped.
+  struct Inbox;
+
+ private:
+  /// Declares incarnation `gen` lost (once): its client actor ends, the pool hears `why`.
+  void lost(uint32_t gen, const std::string& why);
+
+  const int worker_;
+  RemoteWorkerSpec spec_;
+  LinkEvents* events_;
+  std::shared_ptr<Inbox> inbox_;  ///< shared with the client actors
+
+  mutable std::mutex mu_;
+  uint32_t gen_ = 0;                 ///< the incarnation started last
+  caf::actor session_;               ///< its session (a proxy), none when not connected
+  caf::actor client_;                ///< its client actor
+  bool lost_reported_ = false;       ///< the incarnation was reported lost (or stopped)
+  std::map<uint64_t, std::chrono::steady_clock::time_point> in_flight_;  ///< tasks sent, not answered
+
+  std::unique_ptr<uint64_t[]> page_;  ///< the state page kept from the replies (aligned words)
+  size_t page_bytes_ = 0;
+};
+
+}  // namespace loader::runtime

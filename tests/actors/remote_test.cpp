@@ -1,0 +1,318 @@
+// Workers on other hosts (RemoteTransport, `loader serve`), over loopback: a worker host
+// is this test binary started with `serve` (test_main.cpp), so it knows the tests'
+// datasets.  Bytes as with local workers, authentication, garbage on the port, a host
+// killed or frozen mid-epoch (declared lost naming host:port, within the timeout), a
+// restart on the same host byte for byte, a handle naming a local resource refused.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loader/dataloader.h"
+#include "loader/error.h"
+#include "loader/generator.h"
+#include "loader/warnings.h"
+#include "process_leaks.h"
+
+extern char** environ;
+
+namespace loader {
+namespace {
+
+/// Sample i: 4 draws of the worker's generator and a 4 KiB ramp (so batches are more
+/// than a few bytes), after `delay_ms`.
+class RemoteDraws : public Dataset {
+ public:
+  RemoteDraws(int64_t n, int64_t delay_ms) : n_(n), delay_ms_(delay_ms) {}
+  Value get(int64_t i) override {
+    if (delay_ms_) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+    std::vector<double> v(4);
+    for (auto& x : v) x = static_cast<double>(default_generator().random64());
+    std::vector<int32_t> ramp(1024);
+    for (size_t k = 0; k < ramp.size(); ++k) ramp[k] = static_cast<int32_t>(i * 7 + static_cast<int64_t>(k));
+    return Value::tuple({Value(Tensor::from_vector(v)), Value(Tensor::from_vector(ramp)), Value(i)});
+  }
+  int64_t size() const override { return n_; }
+
+ private:
+  int64_t n_, delay_ms_;
+};
+LOADER_REGISTER_DATASET("remote_test_draws", [](const Value& p) {
+  return std::make_shared<RemoteDraws>(p.at("n").to_int(), p.get("delay_ms", Value(0)).to_int());
+});
+
+std::shared_ptr<Dataset> draws(int64_t n, int64_t delay_ms = 0) {
+  return make_dataset({"remote_test_draws", Value::dict({{"n", n}, {"delay_ms", delay_ms}})});
+}
+
+std::string write_token(const std::string& token) {
+  char path[] = "/tmp/loader_remote_test_tokenXXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, token.data(), token.size()), static_cast<ssize_t>(token.size()));
+  close(fd);
+  return path;
+}
+
+/// A worker host on 127.0.0.1, a port of its choosing: this binary with `serve`.
+class Host {
+ public:
+  explicit Host(const std::string& token_file, int64_t timeout_ms = 3000) {
+    int out[2];
+    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    std::vector<std::string> args = {"/proc/self/exe", "serve", "--listen", "127.0.0.1:0", "--token-file", token_file,
+                                     "--stats-every-ms", "100", "--timeout-ms", std::to_string(timeout_ms)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    out_ = fdopen(out[0], "r");
+    const std::string first = line(std::chrono::seconds(20));
+    const auto at = first.find("\"listening\": \"");
+    EXPECT_NE(at, std::string::npos) << "the host said: " << first;
+    if (at != std::string::npos) {
+      const auto begin = at + 14;
+      address_ = first.substr(begin, first.find('"', begin) - begin);
+    }
+  }
+  ~Host() {
+    stop(SIGKILL);
+    if (out_) fclose(out_);
+  }
+  const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
+  /// The next line the host prints (its stats every 100 ms), within `limit`.
+  std::string line(std::chrono::milliseconds limit) {
+    pollfd p{fileno(out_), POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(limit.count())) <= 0) return "";
+    char buf[1024];
+    return fgets(buf, sizeof buf, out_) ? std::string(buf) : std::string();
+  }
+  /// Waits for a stats line with at least `tasks` tasks done.
+  bool wait_tasks_done(int64_t tasks) {
+    for (int i = 0; i < 600; ++i) {
+      const std::string l = line(std::chrono::milliseconds(1000));
+      const auto at = l.find("\"tasks_done\": ");
+      if (at != std::string::npos && std::stoll(l.substr(at + 14)) >= tasks) return true;
+    }
+    return false;
+  }
+  void signal(int sig) { kill(pid_, sig); }
+  void stop(int sig) {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGCONT);
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+  std::string address_;
+};
+
+DataLoaderOptions options(int local, const std::vector<std::string>& remote, const std::string& token_file) {
+  DataLoaderOptions o;
+  o.batch_size = 8;
+  o.num_workers = local;
+  o.remote_workers = remote;
+  o.remote_token_file = token_file;
+  o.generator = std::make_shared<Generator>(11);
+  o.shuffle = true;
+  return o;
+}
+
+std::vector<Value> all_batches(DataLoader& dl) {
+  std::vector<Value> out;
+  for (Value& b : dl) out.push_back(b);
+  return out;
+}
+
+void expect_same_batches(const std::vector<Value>& got, const std::vector<Value>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_TRUE(got[i][k].to_tensor().bitwise_equal(want[i][k].to_tensor())) << what << ": batch " << i << ", field " << k;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Remote, OneLocalAndOneRemoteWorkerGiveTheBytesOfTwoLocalOnes) {
+  const std::string token = write_token("remote-secret-1");
+  std::vector<Value> want, want_second;
+  {
+    DataLoader dl(draws(200), options(2, {}, ""));
+    want = all_batches(dl);
+    want_second = all_batches(dl);
+  }
+  {
+    Host host(token);
+    DataLoader dl(draws(200), options(1, {host.address()}, token));
+    expect_same_batches(all_batches(dl), want, "1 local + 1 remote");
+    expect_same_batches(all_batches(dl), want_second, "1 local + 1 remote, second epoch");
+    // Two workers on hosts and none here: the same bytes.
+    Host other(token);
+    DataLoader both(draws(200), options(0, {host.address(), other.address()}, token));
+    expect_same_batches(all_batches(both), want, "2 remote");
+  }
+  unlink(token.c_str());
+}
+
+TEST(Remote, AWrongTokenIsRefusedNamingTheHostAndTheHostServesTheNextClient) {
+  const std::string token = write_token("the-right-one");
+  const std::string wrong = write_token("not-the-right-one");
+  Host host(token);
+  const std::string e = error_of([&] {
+    DataLoader dl(draws(40), options(0, {host.address()}, wrong));
+    all_batches(dl);
+  });
+  EXPECT_NE(e.find("authentication failed at " + host.address()), std::string::npos) << e;
+  DataLoader dl(draws(40), options(0, {host.address()}, token));
+  EXPECT_EQ(all_batches(dl).size(), 5u);
+  unlink(token.c_str());
+  unlink(wrong.c_str());
+}
+
+TEST(Remote, RandomBytesOnThePortNeverStopTheHost) {
+  const std::string token = write_token("garbage-test");
+  Host host(token);
+  const auto colon = host.address().rfind(':');
+  const int port = std::stoi(host.address().substr(colon + 1));
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 4; ++round) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    std::string junk(64 * 1024, '\0');
+    for (auto& c : junk) c = static_cast<char>(rng());
+    // The host may close the connection at any point of it.
+    (void)!send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    close(fd);
+  }
+  DataLoader dl(draws(40), options(0, {host.address()}, token));
+  EXPECT_EQ(all_batches(dl).size(), 5u);
+  unlink(token.c_str());
+}
+
+TEST(Remote, AHandleNamingALocalResourceIsRefusedNamingTheParameter) {
+  const std::string token = write_token("resource-test");
+  const std::string e = error_of([&] {
+    auto ds = make_dataset({"remote_test_draws", Value::dict({{"n", 8}, {"path", "/proc/1234/fd/5"}})});
+    DataLoader dl(ds, options(0, {"127.0.0.1:9"}, token));
+    all_batches(dl);
+  });
+  EXPECT_NE(e.find("'path'"), std::string::npos) << e;
+  EXPECT_NE(e.find("/proc/1234/fd/5"), std::string::npos) << e;
+  unlink(token.c_str());
+}
+
+/// Runs an epoch of 1 local + 1 remote worker, doing `fault` to the host once it has
+/// answered a few tasks; returns the error (or "") and the time from the fault to it.
+std::pair<std::string, double> epoch_with_fault(Host& host, const std::string& token, int fault, int64_t timeout_ms) {
+  DataLoaderOptions o = options(1, {host.address()}, token);
+  o.remote_timeout_ms = timeout_ms;
+  DataLoader dl(draws(4000, 2), o);
+  std::chrono::steady_clock::time_point at;
+  std::thread faulter([&] {
+    if (host.wait_tasks_done(3)) {
+      at = std::chrono::steady_clock::now();
+      host.signal(fault);
+    }
+  });
+  std::string e = error_of([&] { all_batches(dl); });
+  faulter.join();
+  return {e, std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count()};
+}
+
+TEST(Remote, AKilledHostIsDeclaredLostNamingItsAddress) {
+  const std::string token = write_token("kill-test");
+  Host host(token);
+  WarningCapture capture;
+  auto [e, after_s] = epoch_with_fault(host, token, SIGKILL, 3000);
+  EXPECT_NE(e.find("DataLoader worker on " + host.address()), std::string::npos) << e;
+  EXPECT_NE(e.find("its connection closed"), std::string::npos) << e;
+  EXPECT_LT(after_s, 3.0 + 2.0) << e;
+  unlink(token.c_str());
+}
+
+TEST(Remote, AFrozenHostIsDeclaredLostWithinTheTimeout) {
+  const std::string token = write_token("freeze-test");
+  Host host(token);
+  auto [e, after_s] = epoch_with_fault(host, token, SIGSTOP, 1500);
+  EXPECT_NE(e.find("DataLoader worker on " + host.address()), std::string::npos) << e;
+  EXPECT_TRUE(e.find("sent nothing for") != std::string::npos || e.find("got no answer within") != std::string::npos)
+      << e;
+  EXPECT_GE(after_s, 1.0) << e;
+  EXPECT_LT(after_s, 1.5 + 2.0) << e;
+  host.stop(SIGKILL);
+  unlink(token.c_str());
+}
+
+TEST(Remote, ALostHostRestartedOnTheSameHostGivesTheSameBytes) {
+  // A host frozen for longer than the timeout is lost; with a restart allowed the worker
+  // connects again (once the host runs again) and redoes its unanswered tasks from the
+  // generator state they began with: the bytes of a run without the fault.
+  const std::string token = write_token("restart-test");
+  std::vector<Value> want;
+  {
+    DataLoader dl(draws(600, 2), options(2, {}, ""));
+    want = all_batches(dl);
+  }
+  Host host(token);
+  DataLoaderOptions o = options(1, {host.address()}, token);
+  o.remote_timeout_ms = 800;
+  o.max_worker_restarts = 1;
+  WarningCapture capture;
+  DataLoader dl(draws(600, 2), o);
+  std::thread faulter([&] {
+    if (host.wait_tasks_done(4)) {
+      host.signal(SIGSTOP);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      host.signal(SIGCONT);
+    }
+  });
+  std::vector<Value> got;
+  const std::string e = error_of([&] { got = all_batches(dl); });
+  faulter.join();
+  EXPECT_EQ(e, "");
+  expect_same_batches(got, want, "after a restart on the same host");
+  bool warned = false;
+  for (const auto& m : capture.messages()) warned = warned || m.find(host.address()) != std::string::npos;
+  EXPECT_TRUE(warned) << "no warning named " << host.address();
+  unlink(token.c_str());
+}
+
+}  // namespace
+}  // namespace loader
