@@ -36,23 +36,30 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
   const int local = n - static_cast<int>(config_.remote.size());
   if (local < 0) throw RuntimeError("internal: more remote workers than workers");
   for (int w = 0; w < n; ++w) {
+    auto c = std::make_unique<Carrier>();
     if (w >= local) {
-      transports_.push_back(std::make_unique<RemoteTransport>(w, config_.remote[static_cast<size_t>(w - local)], this,
-                                                              rng_slots));
-      transports.push_back(transports_.back().get());
-      continue;
+      auto remote = std::make_unique<RemoteTransport>(w, config_.remote[static_cast<size_t>(w - local)], this, rng_slots);
+      c->remote = remote.get();
+      c->home = std::move(remote);
+    } else {
+      c->home = make_local_transport(w, rng_slots);
     }
-    IncarnationFactory make = [this](const Link::Spec& spec) -> std::unique_ptr<Link> {
-      if (config_.make_link) return config_.make_link(spec, this);
-      return std::make_unique<WorkerLink>(spec, this);
-    };
-    transports_.push_back(std::make_unique<ShmTransport>(Link::Spec{w, 0, config_.in_process, config_.executable},
-                                                         std::move(make), *rings_, *slabs_, rng_slots));
-    transports.push_back(transports_.back().get());
+    c->current = c->home.get();
+    transports.push_back(c->current);
+    carriers_.push_back(std::move(c));
   }
   workers_ = std::make_unique<WorkerSlots>(std::move(transports), config_.max_restarts, !iterable_, *slabs_, rng_slots,
                                            *this, config_.executable);
   stages_ = std::make_unique<StageActors>(*config_.system, n, *workers_, *this, slabs_);
+}
+
+std::unique_ptr<ShmTransport> Pipeline::make_local_transport(int worker, uint64_t rng_slots) {
+  IncarnationFactory make = [this](const Link::Spec& spec) -> std::unique_ptr<Link> {
+    if (config_.make_link) return config_.make_link(spec, this);
+    return std::make_unique<WorkerLink>(spec, this);
+  };
+  return std::make_unique<ShmTransport>(Link::Spec{worker, 0, config_.in_process, config_.executable}, std::move(make),
+                                        *rings_, *slabs_, rng_slots);
 }
 
 Pipeline::~Pipeline() {
@@ -71,8 +78,8 @@ void Pipeline::set_hooks(PipelineHooks hooks) { hooks_ = std::move(hooks); }
 
 void Pipeline::start_workers() {
   for (int w = 0; w < num_workers(); ++w) {
-    WorkerTransport& t = *transports_[static_cast<size_t>(w)];
-    const auto owner = t.owner_lock();
+    Carrier& cr = carrier(w);
+    std::lock_guard<std::mutex> owner(cr.owner);
     uint32_t gen;
     {
       const auto lock = stages_->enter();
@@ -80,9 +87,9 @@ void Pipeline::start_workers() {
       gen = workers_->begin_incarnation(w);
     }
     try {
-      t.start(gen);
+      cr.current->start(gen);
       const auto lock = stages_->enter();
-      workers_->attach(w, gen, t.pid(), encoded_config(config_.workers[static_cast<size_t>(w)]));
+      workers_->attach(w, gen, cr.current->pid(), encoded_config(config_.workers[static_cast<size_t>(w)]));
     } catch (const std::exception& e) {
       const auto lock = stages_->enter();
       const std::string type = dynamic_cast<const Error*>(&e) ? static_cast<const Error&>(e).python_type() : "RuntimeError";
@@ -92,10 +99,69 @@ void Pipeline::start_workers() {
   flush_all();
 }
 
+WorkerTransport& Pipeline::start_somewhere(int worker, uint32_t gen) {
+  Carrier& cr = carrier(worker);
+  std::optional<WorkerExit> lost;
+  {
+    const auto lock = stages_->enter();
+    lost = workers_->host_lost(worker);
+  }
+  if (!lost || !cr.remote) {
+    cr.current->start(gen);
+    return *cr.current;
+  }
+  // Its host is gone: another worker host takes the slot (its own first, if it was
+  // away), else a stand-in process here when this loader has local workers (the dataset
+  // can be built here), with the same id, seed and random stream.
+  const std::string lost_at = cr.remote->target().text();
+  std::vector<HostPort> hosts;
+  auto consider = [&](const HostPort& h) {
+    if (h.text() == lost_at) return;
+    for (const auto& k : hosts)
+      if (k.text() == h.text()) return;
+    hosts.push_back(h);
+  };
+  consider(cr.remote->home());
+  for (const auto& r : config_.remote) consider(r.address);
+  std::string tried;
+  auto use = [&](WorkerTransport* t) {
+    const auto lock = stages_->enter();
+    workers_->set_transport(worker, t);
+    cr.current = t;
+  };
+  for (const HostPort& h : hosts) {
+    try {
+      cr.remote->retarget(h);
+      use(cr.remote);
+      cr.remote->start(gen);
+      return *cr.remote;
+    } catch (const std::exception& e) {
+      tried += std::string(tried.empty() ? "" : "; ") + e.what();
+    }
+  }
+  cr.remote->retarget(cr.remote->home());
+  const int local = num_workers() - static_cast<int>(config_.remote.size());
+  if (local > 0) {
+    try {
+      if (!cr.standin) cr.standin = make_local_transport(worker, workers_->rng_slots());
+      use(cr.standin.get());
+      cr.standin->start(gen);
+      return *cr.standin;
+    } catch (const std::exception& e) {
+      tried += std::string(tried.empty() ? "" : "; ") + "a stand-in process here: " + e.what();
+    }
+  }
+  throw RuntimeError("its host " + lost_at + " was lost (" + lost->detail + ") and no other worker could take its " +
+                     "tasks: " +
+                     (tried.empty() ? std::string("no other worker host is given (remote_workers) and this loader has "
+                                                  "no local workers (num_workers = 0) to run a stand-in")
+                                    : tried));
+}
+
 void Pipeline::restart(int worker, uint32_t gen) {
   if (worker < 0 || worker >= num_workers()) return;
-  WorkerTransport& t = *transports_[static_cast<size_t>(worker)];
-  const auto owner = t.owner_lock();
+  Carrier& cr = carrier(worker);
+  std::lock_guard<std::mutex> owner(cr.owner);
   uint32_t next;
   {
     const auto lock = stages_->enter();
@@ -103,9 +169,10 @@ void Pipeline::restart(int worker, uint32_t gen) {
       return;
     next = workers_->begin_incarnation(worker);
   }
-  t.stop();  // the last incarnation's events have ended and its process is reaped: nothing waits here
+  cr.current->stop();  // the last incarnation's events have ended and its process is reaped: nothing waits here
+  WorkerTransport* t;
   try {
-    t.start(next);
+    t = &start_somewhere(worker, next);
   } catch (const std::exception& e) {
     const auto lock = stages_->enter();
     worker_failed_locked(worker, "RuntimeError",
@@ -115,19 +182,66 @@ void Pipeline::restart(int worker, uint32_t gen) {
   }
   {
     const auto lock = stages_->enter();
-    workers_->attach(worker, next, t.pid(), encoded_config(config_.workers[static_cast<size_t>(worker)]));
-    workers_->resend_held(worker);
+    const bool moved = workers_->host_lost(worker).has_value();
+    workers_->attach(worker, next, t->pid(), encoded_config(config_.workers[static_cast<size_t>(worker)]));
+    workers_->resend_held(worker, moved);
   }
-  t.flush();  // still its owner: the new incarnation's frames go out in order
+  t->flush();  // still its owner: the new incarnation's frames go out in order
+}
+
+void Pipeline::take_home(int worker) {
+  Carrier& cr = carrier(worker);
+  if (!cr.remote) return;
+  std::lock_guard<std::mutex> owner(cr.owner);
+  if (cr.current == cr.remote && cr.remote->target().text() == cr.remote->home().text()) return;  // at home
+  uint32_t next;
+  {
+    const auto lock = stages_->enter();
+    if (closed_ || !workers_->accepting(worker)) return;
+    next = workers_->begin_incarnation(worker);
+  }
+  WorkerTransport* away = cr.current;
+  const HostPort away_host = cr.remote->target();
+  away->stop();
+  auto use = [&](WorkerTransport* t) {
+    const auto lock = stages_->enter();
+    workers_->set_transport(worker, t);
+    cr.current = t;
+  };
+  try {
+    cr.remote->retarget(cr.remote->home());
+    use(cr.remote);
+    cr.remote->start(next);
+  } catch (const std::exception& e) {
+    const std::string where = away == cr.remote ? "the worker host " + away_host.text() : "its stand-in process here";
+    warn("DataLoader worker " + std::to_string(worker) + ": its host " + cr.remote->home().text() +
+         " still cannot take it (" + e.what() + "); it stays with " + where + " for this epoch");
+    try {
+      cr.remote->retarget(away_host);
+      use(away);
+      away->start(next);
+    } catch (const std::exception& again) {
+      const auto lock = stages_->enter();
+      worker_failed_locked(worker, "RuntimeError",
+                           "DataLoader worker " + std::to_string(worker) + " could not be started again: " + again.what());
+      return;
+    }
+  }
+  {
+    const auto lock = stages_->enter();
+    workers_->attach(worker, next, cr.current->pid(), encoded_config(config_.workers[static_cast<size_t>(worker)]));
+    workers_->resend_held(worker, /*moved=*/true);
+  }
+  cr.current->flush();
 }
 
 // ------------------------------------------------------------------ frames out
 
 void Pipeline::flush(int worker) {
   if (worker < 0 || worker >= num_workers()) return;
-  WorkerTransport& t = *transports_[static_cast<size_t>(worker)];
-  const auto owner = t.owner_lock();
-  t.flush();
+  Carrier& cr = carrier(worker);
+  std::lock_guard<std::mutex> owner(cr.owner);
+  cr.current->flush();
 }
 
 void Pipeline::flush_all() {
@@ -215,6 +329,9 @@ uint64_t Pipeline::next_first_task_locked() const {
 }
 
 uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_streams, EpochResume resume) {
+  // A remote slot that moved after its host was lost tries the host again (a connect:
+  // off the strand, before the epoch's first task).
+  for (int w = 0; w < num_workers(); ++w) take_home(w);
   uint64_t id;
   {
     const auto lock = stages_->enter();
@@ -340,7 +457,7 @@ size_t Pipeline::drain_rings_locked(bool& flush_needed, int only) {
   for (int w = 0; w < num_workers(); ++w) {
     if (only >= 0 && w != only) continue;
     try {
-      taken += transports_[static_cast<size_t>(w)]->take_results([&](WorkerReply&& r) {
+      taken += carrier(w).current->take_results([&](WorkerReply&& r) {
         const uint64_t task = r.task;
         stages_->deliver(w, result_msg{task, std::move(r), w});
       });
@@ -363,7 +480,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
     int n_dirty = 0;
     bool more = false;
     for (int w = 0; w < num_workers(); ++w) {
-      if (!transports_[static_cast<size_t>(w)]->dirty()) continue;
+      if (!carrier(w).current->dirty()) continue;
       if (n_dirty < 8) dirty[n_dirty++] = w;
       else more = true;
     }
@@ -511,13 +628,14 @@ void Pipeline::shutdown() {
   }
   // Fixed order: every worker is told first (they exit together), then each transport
   // is stopped (its reader joined, its process reaped).  Slots keep their lifecycle.
-  for (auto& t : transports_) {
-    const auto owner = t->owner_lock();
-    t->say_shutdown();
+  for (auto& cr : carriers_) {
+    std::lock_guard<std::mutex> owner(cr->owner);
+    cr->current->say_shutdown();
   }
-  for (auto& t : transports_) {
-    const auto owner = t->owner_lock();
-    t->stop();
+  for (auto& cr : carriers_) {
+    std::lock_guard<std::mutex> owner(cr->owner);
+    cr->home->stop();
+    if (cr->standin) cr->standin->stop();
   }
   const auto lock = stages_->enter();
   for (int w = 0; w < num_workers(); ++w) workers_->release_all(w);
@@ -652,15 +770,15 @@ void Pipeline::watch(int worker, std::chrono::milliseconds tick) {
   // before shutdown, but not at exit (WorkerPool::teardown_at_exit shuts the pipeline
   // down and keeps the actors, whose ticks may still come): without this lock a tick
   // read a link that shutdown was destroying (ThreadSanitizer, loader_test_static_loaders).
-  WorkerTransport& t = *transports_[static_cast<size_t>(worker)];
-  const auto owner = t.owner_lock();
+  Carrier& cr = carrier(worker);
+  std::lock_guard<std::mutex> owner(cr.owner);
   std::optional<Liveness> seen;
   {
     const auto lock = stages_->enter();
     if (closed_) return;
     seen = workers_->liveness(worker);
   }
-  if (seen) t.watch(*seen, tick, config_.hello_deadline);
+  if (seen) cr.current->watch(*seen, tick, config_.hello_deadline);
 }
 
 }  // namespace loader::runtime

@@ -226,6 +226,16 @@ class Pipeline final : public LinkEvents,
   WorkerLifecycle::State worker_state(int worker) const;
 
  private:
+  /// What carries worker k's frames, at [k]: its transports and its owner lock (made
+  /// with the pipeline, each transport stopped by shutdown()).
+  struct Carrier {
+    std::mutex owner;  ///< the slot's owner lock (worker_transport.h)
+    std::unique_ptr<WorkerTransport> home;  ///< ShmTransport, or RemoteTransport for a remote slot
+    RemoteTransport* remote = nullptr;      ///< home, when the slot is remote
+    std::unique_ptr<ShmTransport> standin;  ///< a remote slot's local stand-in, made when first needed
+    /// The transport in use: changed under `owner` and the strand, read under either.
+    WorkerTransport* current = nullptr;
+  };
   /// The id the next epoch's first task gets.
   uint64_t next_first_task_locked() const;
   /// Runs the stage actors until every mailbox is empty; a sampler that failed fails
@@ -243,6 +253,18 @@ class Pipeline final : public LinkEvents,
   bool healthy_locked() const;
   void notify_locked();
   void flush_all();
+  /// A local worker's transport (slot `worker`; a remote slot's stand-in).
+  std::unique_ptr<ShmTransport> make_local_transport(int worker, uint64_t rng_slots);
+  /// Worker `worker`'s carrier.
+  Carrier& carrier(int worker) { return *carriers_[static_cast<size_t>(worker)]; }
+  /// Starts incarnation `gen` of worker `worker` where it can run: its current transport;
+  /// for a remote slot whose host was lost, another host or a local stand-in (in that
+  /// order).  REQUIRES: its owner lock held, begin_incarnation done.  Returns the
+  /// transport it started on; throws RuntimeError saying why when none could.
+  WorkerTransport& start_somewhere(int worker, uint32_t gen);
+  /// A remote slot away from its host (moved after a loss) tries its host again as an
+  /// epoch begins; if the host cannot take it, it stays where it is (a warning says so).
+  void take_home(int worker);
   /// Takes every Result frame the workers have published in the result rings (all
   /// rings, or only `worker`'s) and gives each to its link actor, as on_frame would.
   /// Returns how many it took.
@@ -255,8 +277,7 @@ class Pipeline final : public LinkEvents,
   PipelineHooks hooks_;
   bool iterable_ = false;
   std::unique_ptr<WorkerRings> rings_;  ///< Task and Result frames in shared memory; its doorbell wakes next()
-  /// Worker k's transport at [k] (made with the pipeline, each stopped by shutdown()).
-  std::vector<std::unique_ptr<WorkerTransport>> transports_;
+  std::vector<std::unique_ptr<Carrier>> carriers_;
 
   // The pool's own state: on the strand (the *_locked methods: StageActors::enter() held).
   bool closed_ = false;

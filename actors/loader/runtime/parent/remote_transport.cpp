@@ -3,7 +3,6 @@
 #include <caf/io/all.hpp>
 #if LOADER_WITH_CAF_OPENSSL
 #include <caf/openssl/manager.hpp>
-#include <caf/openssl/remote_actor.hpp>
 #endif
 
 #include <fcntl.h>
@@ -111,6 +110,27 @@ int64_t now_ns() {
       .count();
 }
 
+/// The gate published at `s.address`, through the network layer's own actor (as
+/// remote_actor() does, but with the timeout: a host that accepts the connection and
+/// then says nothing, a frozen one, would hold remote_actor() forever).
+caf::expected<caf::actor> connect_gate(caf::actor_system& sys, const RemoteWorkerSpec& s) {
+  caf::io::middleman_actor handle =
+#if LOADER_WITH_CAF_OPENSSL
+      !s.tls_cert.empty() ? sys.openssl_manager().actor_handle() :
+#endif
+                          sys.middleman().actor_handle();
+  caf::expected<caf::actor> out = caf::make_error(caf::sec::request_timeout);
+  caf::scoped_actor self{sys};
+  self->request(handle, s.timeout, caf::connect_atom::value, s.address.host, s.address.port)
+      .receive(
+          [&](caf::node_id&, caf::strong_actor_ptr& ptr, std::set<std::string>&) {
+            if (ptr) out = caf::actor_cast<caf::actor>(ptr);
+            else out = caf::make_error(caf::sec::no_actor_published_at_port);
+          },
+          [&](caf::error& e) { out = std::move(e); });
+  return out;
+}
+
 }  // namespace
 
 /// The client actors' way into their transport: gone (nullptr) once the transport is.
@@ -205,6 +225,7 @@ caf::behavior client_behavior(caf::stateful_actor<ClientState>* self, std::share
 RemoteTransport::RemoteTransport(int worker, RemoteWorkerSpec spec, LinkEvents* events, uint64_t rng_slots)
     : worker_(worker),
       spec_(std::move(spec)),
+      home_(spec_.address),
       events_(events),
       inbox_(std::make_shared<Inbox>()),
       page_bytes_(RngStatePage::bytes_for(rng_slots)) {
@@ -227,13 +248,7 @@ void RemoteTransport::start(uint32_t gen) {
   caf::actor_system& sys = remote_system(spec_);
   const std::string where = spec_.address.text();
   probe_connect(spec_.address, spec_.timeout);
-#if LOADER_WITH_CAF_OPENSSL
-  caf::expected<caf::actor> gate = spec_.tls_cert.empty()
-                                       ? sys.middleman().remote_actor(spec_.address.host, spec_.address.port)
-                                       : caf::openssl::remote_actor(sys, spec_.address.host, spec_.address.port);
-#else
-  caf::expected<caf::actor> gate = sys.middleman().remote_actor(spec_.address.host, spec_.address.port);
-#endif
+  caf::expected<caf::actor> gate = connect_gate(sys, spec_);
   if (!gate)
     throw RuntimeError("cannot reach the worker host at " + where + ": " + sys.render(gate.error()) +
                        (spec_.tls_cert.empty() ? std::string()
@@ -394,6 +409,14 @@ std::optional<std::string> RemoteTransport::state_before(uint64_t task, uint64_t
 
 std::optional<uint64_t> RemoteTransport::last_started() const {
   return RngStatePage(page_.get(), page_bytes_).last_before();
+}
+
+std::optional<std::pair<uint64_t, std::string>> RemoteTransport::last_state() const {
+  return RngStatePage(page_.get(), page_bytes_).last_after();
+}
+
+void RemoteTransport::carry_state(uint64_t task, const std::string& state) {
+  RngStatePage(page_.get(), page_bytes_).write(task, RngStatePage::After, state);
 }
 
 }  // namespace loader::runtime

@@ -50,6 +50,12 @@ class RemoteTransport final : public WorkerTransport {
 
   bool shares_memory() const override { return false; }
 
+  /// Owner: the next start() connects to `a` instead (a slot whose host was lost goes
+  /// to another host; home() takes it back).
+  void retarget(const HostPort& a) { spec_.address = a; }
+  const HostPort& target() const { return spec_.address; }
+  const HostPort& home() const { return home_; }
+
   void start(uint32_t gen) override;
   void stop() override;
   void say_shutdown() override;
@@ -66,6 +72,8 @@ class RemoteTransport final : public WorkerTransport {
   size_t take_results(const std::function<void(WorkerReply&&)>&) override { return 0; }
   std::optional<std::string> state_before(uint64_t task, uint64_t floor) const override;
   std::optional<uint64_t> last_started() const override;
+  std::optional<std::pair<uint64_t, std::string>> last_state() const override;
+  void carry_state(uint64_t task, const std::string& state) override;
 
   /// What the client actor hands over (its thread).  Each names the incarnation it
   /// belongs to; an older one's is dropped.
@@ -76,7 +84,8 @@ class RemoteTransport final : public WorkerTransport {
   void lost(uint32_t gen, const std::string& why);
 
   const int worker_;
-  RemoteWorkerSpec spec_;
+  RemoteWorkerSpec spec_;            ///< address: where the next start() connects
+  const HostPort home_;              ///< the slot's own host
   LinkEvents* events_;
   std::shared_ptr<Inbox> inbox_;  ///< shared with the client actors
 

@@ -186,4 +186,17 @@ std::optional<uint64_t> ShmTransport::last_started() const {
   return RngStatePage(state_page_->data(), state_page_->size()).last_before();
 }
 
+std::optional<std::pair<uint64_t, std::string>> ShmTransport::last_state() const {
+  if (!state_page_) return std::nullopt;
+  return RngStatePage(state_page_->data(), state_page_->size()).last_after();
+}
+
+void ShmTransport::carry_state(uint64_t task, const std::string& state) {
+  if (!state_page_) {
+    state_page_ = ShmSegment::create(RngStatePage::bytes_for(rng_slots_));
+    RngStatePage::format(state_page_->data(), rng_slots_);
+  }
+  RngStatePage(state_page_->data(), state_page_->size()).write(task, RngStatePage::After, state);
+}
+
 }  // namespace loader::runtime

@@ -57,6 +57,8 @@ class ShmTransport final : public WorkerTransport {
   size_t take_results(const std::function<void(WorkerReply&&)>& sink) override;
   std::optional<std::string> state_before(uint64_t task, uint64_t floor) const override;
   std::optional<uint64_t> last_started() const override;
+  std::optional<std::pair<uint64_t, std::string>> last_state() const override;
+  void carry_state(uint64_t task, const std::string& state) override;
 
  private:
   struct OutFrame {
@@ -76,7 +78,7 @@ class ShmTransport final : public WorkerTransport {
   SlabStore& slabs_;
   const uint64_t rng_slots_;
 
-  // The owner's (under owner_lock()).
+  // The owner's (under the slot's owner lock).
   std::unique_ptr<Link> link_;
   bool closed_ = false;
   int stopped_ticks_ = 0;

@@ -48,6 +48,18 @@ WorkerLifecycle::Decision WorkerLifecycle::down(uint32_t gen, const WorkerExit& 
                 "as a new epoch starts fresh workers (nothing is lost; not counted as a restart).";
     return d;
   }
+  if (how.kind == WorkerExit::Kind::HostLost && restartable_) {
+    // A worker on another host: the host is gone, not the worker program.  Its tasks go
+    // on elsewhere with the same id and random stream (the pool picks where).
+    state_ = State::Restarting;
+    d.kind = Decision::Kind::Restart;
+    for (const auto& [task, t] : held_) d.reissue.push_back(task);
+    d.message = sentence + " Its " + std::to_string(d.reissue.size()) +
+                " unfinished task(s) go to another worker host, or to a stand-in process here, as DataLoader worker " +
+                std::to_string(id_) + " (the same id and random stream: the same batches; not counted as a restart)" +
+                (held.empty() ? "" : ": " + held) + ".";
+    return d;
+  }
   if (restartable_ && restarts_ < max_restarts_) {
     ++restarts_;
     state_ = State::Restarting;

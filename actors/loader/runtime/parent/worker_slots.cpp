@@ -40,6 +40,7 @@ void WorkerSlots::attach(int w, uint32_t gen, int pid, std::string init) {
   if (!s.life.current(gen)) return;
   s.life.set_pid(gen, pid);
   s.attached = true;
+  s.lost.reset();
   // First frames of every incarnation: the transport's own, then the configuration.
   s.transport->prepare(std::move(init));
   // A worker restarted mid-epoch seeds the tasks it is re-sent as the epoch began (its
@@ -58,6 +59,19 @@ std::optional<Liveness> WorkerSlots::liveness(int w) const {
   const Slot& s = at(w);
   if (closed_ || !accepting(w)) return std::nullopt;
   return Liveness{s.hello, s.started};
+}
+
+void WorkerSlots::set_transport(int w, WorkerTransport* t) {
+  Slot& s = at(w);
+  if (t == s.transport) return;
+  // The stream goes on where the old transport last saw it.
+  if (auto old = s.transport->last_state()) {
+    auto mine = t->last_state();
+    if (!mine || mine->first < old->first) t->carry_state(old->first, old->second);
+  }
+  s.previous = s.transport;
+  s.transport = t;
+  t->reset(s.life.generation());
 }
 
 void WorkerSlots::renew(int w, uint64_t first_task, std::string init) {
@@ -106,7 +120,7 @@ std::optional<StreamStart> WorkerSlots::stream_start(int w, uint64_t first_task)
   return std::nullopt;
 }
 
-void WorkerSlots::resend_held(int w) {
+void WorkerSlots::resend_held(int w, bool moved) {
   Slot& s = at(w);
   // Tasks of older epochs will never be answered now: their slabs come back.
   for (uint64_t slab : s.life.drop_other_epochs(epoch_))
@@ -115,6 +129,9 @@ void WorkerSlots::resend_held(int w) {
   if (!s.life.held().empty()) {
     const uint64_t first = s.life.held().begin()->first;
     if (auto state = state_before(w, first)) s.transport->send(FrameType::SetRng, SetRngFrame{first, *state}.encode());
+  }
+  if (moved && s.life.held().empty() && !s.resume_rng) {
+    if (auto last = s.transport->last_state(); last && last->first >= s.rng_floor) s.resume_rng = last->second;
   }
   s.waiting.clear();
   std::vector<uint64_t> tasks;
@@ -153,6 +170,7 @@ bool WorkerSlots::down(int w, uint32_t gen, const WorkerExit& how) {
     between_epochs = !before || *before < s.rng_floor;
   }
   if (how.pid > 0) s.life.set_pid(gen, how.pid);
+  if (how.kind == WorkerExit::Kind::HostLost && s.life.current(gen)) s.lost = how;
   WorkerExit exit = how;
   if (!s.hello && how.kind == WorkerExit::Kind::ExitCode && s.life.current(gen))
     exit = WorkerExit{WorkerExit::Kind::StartFailed, 0,
@@ -351,7 +369,10 @@ std::optional<std::string> WorkerSlots::state_before(int w, uint64_t task) const
   // A resumed epoch's first task of this worker: the checkpoint's state (the page may
   // not have it yet, or hold an older stream of a persistent worker).
   if (s.resume_sent && s.resume_sent->first == task) return s.resume_sent->second;
-  return s.transport->state_before(task, s.rng_floor);
+  if (auto state = s.transport->state_before(task, s.rng_floor)) return state;
+  // A task the slot's previous transport ran (a remote slot moved after its host was lost).
+  if (s.previous) return s.previous->state_before(task, s.rng_floor);
+  return std::nullopt;
 }
 
 }  // namespace loader::runtime

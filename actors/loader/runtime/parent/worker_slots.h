@@ -83,6 +83,17 @@ class WorkerSlots final : public WorkerStage {
   int live_pid(int w) const;
   /// What the watchdog knows of the incarnation; nullopt: nothing to watch.
   std::optional<Liveness> liveness(int w) const;
+  /// Worker `w`'s incarnations go through `t` from the next one on (a remote slot whose
+  /// host was lost: another host's session or a local stand-in; home again later).  Its
+  /// random stream goes on from the last state the old transport recorded, and states
+  /// of tasks the old one ran are still read from it.  Call between begin_incarnation
+  /// and attach.
+  void set_transport(int w, WorkerTransport* t);
+  /// How worker `w`'s last incarnation was lost, when its host was (HostLost), until an
+  /// incarnation is attached.
+  const std::optional<WorkerExit>& host_lost(int w) const { return at(w).lost; }
+  /// Worker `w`'s unfinished tasks.
+  size_t held(int w) const { return at(w).life.held().size(); }
   /// Worker `w` gets a new configuration `init` for the epoch whose first task is
   /// `first_task` (a kept pool re-initialised: its stream starts anew).
   void renew(int w, uint64_t first_task, std::string init);
@@ -92,7 +103,10 @@ class WorkerSlots final : public WorkerStage {
   const std::optional<std::string>& task_seeds() const { return task_seeds_; }
   /// After a restart: slabs of other epochs' tasks come back, the generator goes back
   /// to where the first unfinished task began, and every held task goes out again.
-  void resend_held(int w);
+  /// `moved`: the slot moved to another transport (a lost host); holding nothing, its
+  /// stream goes on from the last state recorded (with its next task), unless the
+  /// worker was re-initialised since (a fresh generator).
+  void resend_held(int w, bool moved = false);
   /// Worker `w` is dead (`type`, `message`: its current incarnation fails, unless it
   /// is dead already): every task it held is answered (its slab comes back), and the
   /// running epoch fails with the worker's error.
@@ -154,6 +168,8 @@ class WorkerSlots final : public WorkerStage {
         : life(id, max_restarts, restartable), transport(t) {}
     WorkerLifecycle life;
     WorkerTransport* transport;       ///< the pool's; carries this slot's frames
+    WorkerTransport* previous = nullptr;  ///< the one before set_transport (states of its tasks)
+    std::optional<WorkerExit> lost;   ///< the host of the last incarnation was lost
     bool attached = false;            ///< the incarnation's transport started: its tasks go out
     std::deque<uint64_t> waiting;     ///< held tasks with no slab yet (pool spent)
     bool hello = false;

@@ -10,13 +10,17 @@
 //                    memory, so every batch comes back inline (kInlineSlab) and the
 //                    generator states come back with the results.
 //
+// A slot uses one transport at a time (its home one; a remote slot whose host was lost
+// uses another host's or a local stand-in until a later epoch takes it home: the pool,
+// Pipeline, chooses between incarnations).
+//
 // Thread use, and the locks (outermost first): the slot's owner, one thread at a time
-// under owner_lock() (the slot actor: restart, watchdog, flush; the application thread:
-// first start, flush after next(), shutdown), calls start/stop/say_shutdown/flush/watch,
-// entering the strand only in between; the worker stage calls the strand methods with
-// the strand entered; events come on the transport's own thread (LinkEvents).  A
-// transport's frames queued on the strand and written by the owner are guarded by a
-// lock of its own, innermost.
+// under the slot's owner lock (Pipeline: the slot actor for restart, watchdog, flush;
+// the application thread for the first start, flushes after next(), shutdown), calls
+// start/stop/say_shutdown/flush/watch, entering the strand only in between; the worker
+// stage calls the strand methods with the strand entered; events come on the
+// transport's own thread (LinkEvents).  A transport's frames queued on the strand and
+// written by the owner are guarded by a lock of its own, innermost.
 #pragma once
 
 #include <chrono>
@@ -62,8 +66,7 @@ class WorkerTransport {
   /// inline, in its reply.  Fixed for the transport's life.
   virtual bool shares_memory() const = 0;
 
-  // ---- the slot's owner, under owner_lock(), never on the strand
-  std::unique_lock<std::mutex> owner_lock() { return std::unique_lock<std::mutex>(owner_mu_); }
+  // ---- the slot's owner, under its owner lock, never on the strand
   /// Starts incarnation `gen` (a process, a thread, a connection); its events go to the
   /// pool.  Throws RuntimeError when it cannot.  REQUIRES: reset(gen) ran.
   virtual void start(uint32_t gen) = 0;
@@ -106,9 +109,11 @@ class WorkerTransport {
   virtual std::optional<std::string> state_before(uint64_t task, uint64_t floor) const = 0;
   /// The latest task whose start the worker recorded (nullopt: none).
   virtual std::optional<uint64_t> last_started() const = 0;
-
- private:
-  std::mutex owner_mu_;
+  /// The state after the latest task the worker finished (its task, its state).
+  virtual std::optional<std::pair<uint64_t, std::string>> last_state() const = 0;
+  /// The slot moves here from another transport: its stream goes on from `state`, the
+  /// state after task `task` (recorded as that task's After).  Before start().
+  virtual void carry_state(uint64_t task, const std::string& state) = 0;
 };
 
 }  // namespace loader::runtime
