@@ -98,8 +98,12 @@ class ServeConfig : public caf::actor_system_config {
       set("openssl.cafile", o.tls_ca);
     }
 #endif
+    // Heartbeats on every connection (a client may drop a silent host); no connection
+    // timeout here: a client over TLS sends no BASP heartbeats (CAF 0.17's TLS broker),
+    // so an idle but healthy connection would be cut and the client's cached route to
+    // this host left dead.  A silent client is noticed by its session instead (no ping
+    // for --timeout-ms: the session ends).
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
-    set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.timeout_ms)});
     set("logger.verbosity", caf::atom("quiet"));
     set("logger.console", caf::atom("none"));
   }

@@ -63,6 +63,8 @@ caf::actor_system& remote_system(const RemoteWorkerSpec& s) {
     sys = start_actor_system(*cfg).release();
     tls_key = key;
   } else if (key != tls_key) {
+    // A second system would have the same node id as the first (CAF derives it from
+    // the process and the host): a host it connects to mistakes one for the other.
     throw ValueError("DataLoader: the workers on other hosts of one process share one TLS configuration; this loader "
                      "names other remote_tls_* files than the first one that connected");
   }
@@ -249,11 +251,17 @@ void RemoteTransport::start(uint32_t gen) {
   const std::string where = spec_.address.text();
   probe_connect(spec_.address, spec_.timeout);
   caf::expected<caf::actor> gate = connect_gate(sys, spec_);
-  if (!gate)
-    throw RuntimeError("cannot reach the worker host at " + where + ": " + sys.render(gate.error()) +
+  if (!gate) {
+    const std::string err = sys.render(gate.error());
+    if (gate.error() == caf::sec::disconnect_during_handshake)
+      throw RuntimeError("authentication failed at " + where + ": the host closed the connection during the handshake (" +
+                         err + "): a host serving TLS accepts only a client with a certificate signed by the CA it "
+                         "trusts (remote_tls_cert, remote_tls_key, remote_tls_ca), and both sides must agree on TLS");
+    throw RuntimeError("cannot reach the worker host at " + where + ": " + err +
                        (spec_.tls_cert.empty() ? std::string()
                                                : " (TLS: is the host's certificate signed by remote_tls_ca, and ours "
                                                  "by the CA the host trusts?)"));
+  }
   auto client = sys.spawn(client_behavior, inbox_, gen, where);
   bool ok = false;
   std::string why = "no answer within " + std::to_string(spec_.timeout.count()) + " ms";
