@@ -75,19 +75,25 @@ std::string write_token(const std::string& token) {
 /// A worker host on 127.0.0.1, a port of its choosing: this binary with `serve`.
 class Host {
  public:
-  explicit Host(const std::string& token_file, int64_t timeout_ms = 3000, std::vector<std::string> extra = {}) {
+  /// `netns`: run it in that network namespace (`ip netns exec`), listening on `listen`.
+  explicit Host(const std::string& token_file, int64_t timeout_ms = 3000, std::vector<std::string> extra = {},
+                const std::string& listen = "127.0.0.1:0", const std::string& netns = "") {
     int out[2];
     EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    std::vector<std::string> args = {"/proc/self/exe", "serve", "--listen", "127.0.0.1:0", "--token-file", token_file,
+    char self[4096] = {};
+    EXPECT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
+    std::vector<std::string> args = {self, "serve", "--listen", listen, "--token-file", token_file,
                                      "--stats-every-ms", "100", "--timeout-ms", std::to_string(timeout_ms)};
     args.insert(args.end(), extra.begin(), extra.end());
+    // `ip netns exec` execs the program in the namespace: the pid stays the host's.
+    if (!netns.empty()) args.insert(args.begin(), {"/usr/sbin/ip", "netns", "exec", netns});
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, argv.data(), environ), 0);
+    EXPECT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
     posix_spawn_file_actions_destroy(&fa);
     close(out[1]);
     out_ = fdopen(out[0], "r");
@@ -442,6 +448,79 @@ TEST(Remote, OverTlsAClientWithACertificateIsServedAndOneWithoutIsRefused) {
     EXPECT_EQ(std::system(cmd.c_str()), 0) << "the client in another process was not " << mode;
   }
   std::system(("rm -rf " + d).c_str());
+  unlink(token.c_str());
+}
+
+/// A network namespace with a veth pair to this one (10.201.N.1 here, .2 inside), made
+/// and removed by the test; empty when this process may not (not root, no `ip`).
+class Netns {
+ public:
+  Netns() {
+    if (geteuid() != 0 || access("/usr/sbin/ip", X_OK) != 0) return;
+    const int n = static_cast<int>(getpid() % 200) + 20;
+    name_ = "ldrrt" + std::to_string(getpid());
+    outside_ = "ldro" + std::to_string(getpid() % 100000);
+    const std::string inside = "ldri" + std::to_string(getpid() % 100000);
+    here_ = "10.201." + std::to_string(n) + ".1";
+    there_ = "10.201." + std::to_string(n) + ".2";
+    const std::string cmd = "/usr/sbin/ip netns add " + name_ + " && /usr/sbin/ip link add " + outside_ +
+                            " type veth peer name " + inside + " && /usr/sbin/ip link set " + inside + " netns " +
+                            name_ + " && /usr/sbin/ip addr add " + here_ + "/24 dev " + outside_ +
+                            " && /usr/sbin/ip link set " + outside_ + " up && /usr/sbin/ip netns exec " + name_ +
+                            " /usr/sbin/ip addr add " + there_ + "/24 dev " + inside + " && /usr/sbin/ip netns exec " +
+                            name_ + " /usr/sbin/ip link set " + inside + " up && /usr/sbin/ip netns exec " + name_ +
+                            " /usr/sbin/ip link set lo up";
+    if (std::system((cmd + " 2>/dev/null").c_str()) != 0) {
+      remove();
+      name_.clear();
+    }
+  }
+  ~Netns() { remove(); }
+  bool ok() const { return !name_.empty(); }
+  const std::string& name() const { return name_; }
+  const std::string& there() const { return there_; }
+  void link(bool up) {
+    std::system(("/usr/sbin/ip link set " + outside_ + (up ? " up" : " down")).c_str());
+  }
+
+ private:
+  void remove() {
+    if (name_.empty()) return;
+    // The namespace's end of the pair goes with it, and the other end with that.
+    std::system(("/usr/sbin/ip netns del " + name_ + " 2>/dev/null; /usr/sbin/ip link del " + outside_ +
+                 " 2>/dev/null").c_str());
+  }
+  std::string name_, outside_, here_, there_;
+};
+
+TEST(RemoteNetns, ALinkTakenDownLosesTheHostWithinTheTimeoutAndTheEpochGoesOn) {
+  Netns ns;
+  if (!ns.ok()) GTEST_SKIP() << "needs root and `ip` to make a network namespace and a veth pair";
+  const std::string token = write_token("netns-test");
+  const auto want = two_local_workers(600);
+  {
+    Host host(token, 3000, {}, ns.there() + ":0", ns.name());
+    ASSERT_FALSE(host.address().empty());
+    DataLoaderOptions o = options(1, {host.address()}, token);
+    o.remote_timeout_ms = 1500;
+    WarningCapture capture;
+    DataLoader dl(draws(600, 2), o);
+    std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
+    std::thread cutter([&] {
+      if (!host.wait_tasks_done(3)) return;
+      at = std::chrono::steady_clock::now();
+      ns.link(false);
+    });
+    std::vector<Value> got;
+    const std::string e = error_of([&] { got = all_batches(dl); });
+    cutter.join();
+    const double after_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count();
+    EXPECT_EQ(e, "");
+    expect_same_batches(got, want, "a link taken down mid-epoch");
+    EXPECT_EQ(warnings_naming(capture.messages(), "DataLoader worker on " + host.address()), 1u);
+    EXPECT_LT(after_s, 1.5 + 5.0);
+    ns.link(true);
+  }
   unlink(token.c_str());
 }
 

@@ -43,6 +43,7 @@ void ShmTransport::say_shutdown() {
   {
     std::lock_guard<std::mutex> l(out_mu_);
     outbox_.clear();
+    queued_.store(false, std::memory_order_relaxed);
   }
   rings_.close(worker_);  // a worker asleep on its task ring wakes and ends
   if (link_) link_->send(FrameType::Shutdown, {});
@@ -55,6 +56,7 @@ void ShmTransport::flush() {
     std::lock_guard<std::mutex> l(out_mu_);
     if (outbox_.empty()) return;
     frames.swap(outbox_);
+    queued_.store(false, std::memory_order_relaxed);
   }
   // Said first: the worker starts reading while they are written, so a frame larger
   // than the socket's buffer (a task of 8,000+ indices) cannot leave both sides
@@ -94,6 +96,7 @@ void ShmTransport::reset(uint32_t gen) {
   {
     std::lock_guard<std::mutex> l(out_mu_);
     outbox_.clear();  // frames for an older incarnation
+    queued_.store(false, std::memory_order_relaxed);
   }
   socket_queued_ = 0;
   announced_.clear();
@@ -122,6 +125,7 @@ void ShmTransport::queue(FrameType type, std::string body, std::shared_ptr<ShmSe
   {
     std::lock_guard<std::mutex> l(out_mu_);
     outbox_.push_back(OutFrame{type, std::move(body), std::move(fd_owner)});
+    queued_.store(true, std::memory_order_relaxed);
   }
   ++socket_queued_;
 }
@@ -153,8 +157,9 @@ void ShmTransport::use_slab(uint64_t task, uint64_t slab) {
 }
 
 bool ShmTransport::dirty() const {
-  std::lock_guard<std::mutex> l(out_mu_);
-  return !outbox_.empty();
+  // Queued on the strand, the caller's thread; a flush that empties it meanwhile makes a
+  // later flush find nothing to write.
+  return queued_.load(std::memory_order_relaxed);
 }
 
 size_t ShmTransport::take_results(const std::function<void(WorkerReply&&)>& sink) {

@@ -93,6 +93,9 @@ class ShmTransport final : public WorkerTransport {
 
   mutable std::mutex out_mu_;
   std::vector<OutFrame> outbox_;  ///< under out_mu_
+  /// outbox_ is not empty (written under out_mu_; read without it by dirty(), asked
+  /// for every worker on every next()).
+  std::atomic<bool> queued_{false};
 };
 
 }  // namespace loader::runtime
