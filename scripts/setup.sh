@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkgconf libcaf-dev libboost-dev libgtest-dev libdlpack-dev zlib1g-dev libssl-dev
       nlohmann-json3-dev libcli11-dev libeigen3-dev libopenblas-dev libturbojpeg0-dev libpng-dev
       python3-torch python3-numpy python3-matplotlib libtorch-dev python3-torchvision python3-pil
-      dataset-fashion-mnist clang libclang-rt-14-dev procps)
+      dataset-fashion-mnist clang libclang-rt-14-dev procps iproute2 openssl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
