@@ -319,30 +319,35 @@ void RemoteTransport::say_shutdown() {
   if (session_) caf::anon_send(session_, bye_atom::value);
 }
 
+std::optional<std::string> RemoteTransport::loss_reason(
+    const std::string& where, std::chrono::milliseconds timeout, std::chrono::milliseconds silent,
+    const std::map<uint64_t, std::chrono::steady_clock::time_point>& in_flight,
+    std::chrono::steady_clock::time_point now) {
+  if (silent > timeout)
+    return where + ": it sent nothing for " + std::to_string(silent.count()) + " ms (remote_timeout " +
+           std::to_string(timeout.count()) + " ms): the host is frozen, overloaded or cut off";
+  if (in_flight.empty()) return std::nullopt;
+  auto oldest = in_flight.begin();
+  for (auto it = in_flight.begin(); it != in_flight.end(); ++it)
+    if (it->second < oldest->second) oldest = it;
+  if (now - oldest->second > timeout)
+    return where + ": task " + std::to_string(oldest->first) + " got no answer within " +
+           std::to_string(timeout.count()) + " ms (remote_timeout)";
+  return std::nullopt;
+}
+
 void RemoteTransport::watch(const Liveness&, std::chrono::milliseconds, std::chrono::milliseconds) {
-  const auto now = std::chrono::steady_clock::now();
   uint32_t gen;
-  std::string why;
+  std::optional<std::string> why;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!session_ || lost_reported_) return;
     gen = gen_;
-    const int64_t silent_ms = (now_ns() - inbox_->last_heard_ns.load(std::memory_order_relaxed)) / 1000000;
-    if (silent_ms > spec_.timeout.count()) {
-      why = spec_.address.text() + ": it sent nothing for " + std::to_string(silent_ms) +
-            " ms (remote_timeout " + std::to_string(spec_.timeout.count()) +
-            " ms): the host is frozen, overloaded or cut off";
-    } else if (!in_flight_.empty()) {
-      auto oldest = in_flight_.begin();
-      for (auto it = in_flight_.begin(); it != in_flight_.end(); ++it)
-        if (it->second < oldest->second) oldest = it;
-      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest->second);
-      if (waited > spec_.timeout)
-        why = spec_.address.text() + ": task " + std::to_string(oldest->first) + " got no answer within " +
-              std::to_string(spec_.timeout.count()) + " ms (remote_timeout)";
-    }
+    const auto silent =
+        std::chrono::milliseconds((now_ns() - inbox_->last_heard_ns.load(std::memory_order_relaxed)) / 1000000);
+    why = loss_reason(spec_.address.text(), spec_.timeout, silent, in_flight_, std::chrono::steady_clock::now());
   }
-  if (!why.empty()) lost(gen, why);
+  if (why) lost(gen, *why);
 }
 
 void RemoteTransport::lost(uint32_t gen, const std::string& why) {

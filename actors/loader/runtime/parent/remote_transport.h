@@ -75,6 +75,14 @@ class RemoteTransport final : public WorkerTransport {
   std::optional<std::pair<uint64_t, std::string>> last_state() const override;
   void carry_state(uint64_t task, const std::string& state) override;
 
+  /// Whether a host is lost, and why (`where`: its host:port): nothing heard from it
+  /// for longer than `timeout` (`silent`), or a task in flight (sent at the time given)
+  /// for longer than `timeout` at `now`.  The watchdog's rule, a plain function (tests).
+  static std::optional<std::string> loss_reason(
+      const std::string& where, std::chrono::milliseconds timeout, std::chrono::milliseconds silent,
+      const std::map<uint64_t, std::chrono::steady_clock::time_point>& in_flight,
+      std::chrono::steady_clock::time_point now);
+
   /// What the client actor hands over (its thread).  Each names the incarnation it
   /// belongs to; an older one's is dropped.
   struct Inbox;
