@@ -446,8 +446,25 @@ Value decode(const char*& p, const char* end, TensorCodec* codec, int depth) {
       auto dt = static_cast<uint8_t>(*p++);
       if (dt >= kNumDTypes) throw ValueError("decode_value: bad dtype " + std::to_string(dt));
       Dims sizes = get_dims(p, end);
-      for (int64_t s : sizes)
+      // The data must be there before anything is allocated for it: sizes that claim
+      // more than the input holds (or overflow) are refused as they are read.
+      // (A zero size makes no data, but the other sizes must still be ones the tensor's
+      // shape arithmetic can hold.)
+      const uint64_t left = static_cast<uint64_t>(end - p);
+      constexpr uint64_t kMaxElements = uint64_t{1} << 48;
+      uint64_t nonzero = 1;
+      bool empty = false;
+      for (int64_t s : sizes) {
         if (s < 0) throw ValueError("decode_value: negative tensor size");
+        if (s == 0) {
+          empty = true;
+          continue;
+        }
+        if (nonzero > kMaxElements / static_cast<uint64_t>(s)) throw ValueError("decode_value: tensor sizes too large");
+        nonzero *= static_cast<uint64_t>(s);
+      }
+      if (!empty && nonzero > left / element_size(static_cast<DType>(dt)))
+        throw ValueError("decode_value: truncated tensor data");
       Tensor t = Tensor::empty(sizes, static_cast<DType>(dt));
       if (static_cast<size_t>(end - p) < t.nbytes()) throw ValueError("decode_value: truncated tensor data");
       if (t.nbytes()) std::memcpy(t.data_ptr(), p, t.nbytes());

@@ -50,7 +50,7 @@ TaskFrame TaskFrame::decode(const std::string& body) {
       throw RuntimeError("a count of " + std::to_string(n) + " indices against " + std::to_string(in.remaining()) +
                          " bytes of them");
     t.indices.resize(n);
-    std::memcpy(t.indices.data(), in.pos(), n * sizeof(int64_t));
+    if (n) std::memcpy(t.indices.data(), in.pos(), n * sizeof(int64_t));
     in.rest();
     return t;
   });

@@ -1,0 +1,53 @@
+// libFuzzer target for what a worker and a worker host parse themselves (built with
+// clang++ by fuzz/CMakeLists.txt): every frame body of the worker protocol
+// (runtime/frames.h: what a worker host reads from its socket and rings, what the main
+// process reads back), the encoded value a remote session decodes its configuration from
+// with the check of its dataset handle (remote_protocol.h: remote_resource_error), and
+// host:port parsing.  CAF deserializes the network messages themselves.  The only
+// acceptable failure is a loader::Error.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "loader/error.h"
+#include "loader/runtime/frames.h"
+#include "loader/runtime/remote_protocol.h"
+#include "loader/value.h"
+
+namespace {
+template <class F>
+void guarded(F f) {
+  try {
+    f();
+  } catch (const loader::Error&) {
+  }
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace loader::runtime;
+  const std::string body(reinterpret_cast<const char*>(data), size);
+  guarded([&] {
+    const TaskFrame t = TaskFrame::decode(body);
+    if (TaskFrame::decode(t.encode()).indices != t.indices) __builtin_trap();  // round trip
+  });
+  guarded([&] { UseSlabFrame::decode(body); });
+  guarded([&] { AddSlabFrame::decode(body); });
+  guarded([&] { DropSlabFrame::decode(body); });
+  guarded([&] { StatePageFrame::decode(body); });
+  guarded([&] { RingsFrame::decode(body); });
+  guarded([&] { SetRngFrame::decode(body); });
+  guarded([&] { TaskSeedsFrame::decode(body); });
+  guarded([&] { decode_stream_resume(body); });
+  guarded([&] { PidFrame::decode(body); });
+  guarded([&] { InitErrorFrame::decode(body); });
+  guarded([&] { decode_stream_start(body); });
+  for (FrameType t : {FrameType::Result, FrameType::Need, FrameType::TaskError, FrameType::IterEnd, FrameType::Task})
+    guarded([&] { decode_reply(static_cast<uint8_t>(t), body); });
+  guarded([&] {
+    const loader::Value v = loader::decode_value(body);
+    (void)remote_resource_error(v);
+  });
+  guarded([&] { parse_host_port(body, "fuzz"); });
+  return 0;
+}
