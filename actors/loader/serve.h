@@ -17,7 +17,8 @@
 //   --stats-every-ms MS     one JSON line per period on stdout (clients, tasks done,
 //                           bytes sent)
 //   --timeout-ms MS         a client silent this long is gone (its session ends); 10000
-// It serves until SIGINT or SIGTERM and returns the process's exit status.  The datasets
+// It serves until SIGINT or SIGTERM, then ends the process (status 0) at once; it
+// returns only when it cannot start (2: bad options, 1: it cannot listen).  The datasets
 // it can build are the types registered in this program (a handle names one; nothing
 // else can run).  docs/remote.md has the set-up.
 #pragma once

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -242,7 +243,13 @@ int serve(int argc, char** argv) {
                   << ", \"bytes_sent\": " << counters.bytes_sent.load() << "}" << std::endl;
       }
     }
-    caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+    // Ends here, not through the actor system's destructor: that waits for every
+    // connection and session, and one to a client whose link is down waits long (a
+    // SIGTERM then seemed ignored).  Nothing of the host outlives the process: its
+    // sessions, sockets and pages go with it.
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(0);
   } catch (const std::exception& e) {
     std::cerr << "loader serve: " << e.what() << "\n";
     rc = 1;
