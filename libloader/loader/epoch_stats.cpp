@@ -13,10 +13,9 @@ namespace loader {
 double DurationHistogram::lower_ns(int b) noexcept {
   if (b <= 0) return 0;
   const int i = b - 1;
-  const int msb = i >> kSubBits;
+  const int msb = (i >> kSubBits) + 8;
   const int sub = i & ((1 << kSubBits) - 1);
-  // v = 2^msb * (1 + sub / 2^kSubBits), in units of 256 ns
-  return std::ldexp(1.0 + static_cast<double>(sub) / (1 << kSubBits), msb) * 256.0;
+  return std::ldexp(1.0 + static_cast<double>(sub) / (1 << kSubBits), msb);  // 2^msb * (1 + sub / 8)
 }
 
 void DurationHistogram::merge(const DurationHistogram& o) noexcept {

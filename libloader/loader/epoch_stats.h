@@ -20,9 +20,10 @@
 namespace loader {
 
 /// Durations counted in fixed log-spaced buckets: nothing is allocated per sample.
-/// Bucket 0 holds durations under 256 ns; above, each doubling is split in 8 buckets
-/// (width 9%), up to about 9 minutes (the last bucket holds anything longer).
-/// Quantiles are the middle of their bucket (at most 4.5% off) capped at the exact max.
+/// Bucket 0 holds durations under 256 ns; above, each doubling is split in 8 equal
+/// buckets (each 1/8 of the doubling's start wide), up to about 9 minutes (the last
+/// bucket holds anything longer).  Quantiles are the middle of their bucket (at most
+/// 6% off) capped at the exact max.
 class DurationHistogram {
  public:
   static constexpr int kSubBits = 3;
@@ -40,12 +41,10 @@ class DurationHistogram {
   /// The q-quantile (0 <= q <= 1) in seconds; 0 when empty.
   double quantile_s(double q) const noexcept;
   static int bucket(uint64_t ns) noexcept {
-    const uint64_t v = ns >> 8;
-    if (v == 0) return 0;
-    const int msb = 63 - __builtin_clzll(v);
-    const int sub = msb >= kSubBits ? static_cast<int>((v >> (msb - kSubBits)) & ((1u << kSubBits) - 1))
-                                    : static_cast<int>((v << (kSubBits - msb)) & ((1u << kSubBits) - 1));
-    const int b = 1 + (msb << kSubBits) + sub;
+    if (ns < 256) return 0;
+    const int msb = 63 - __builtin_clzll(ns);  // >= 8
+    const int sub = static_cast<int>((ns >> (msb - kSubBits)) & ((1u << kSubBits) - 1));
+    const int b = 1 + ((msb - 8) << kSubBits) + sub;
     return b < kBuckets ? b : kBuckets - 1;
   }
   /// The durations bucket `b` holds: [lower_ns(b), lower_ns(b + 1)).
