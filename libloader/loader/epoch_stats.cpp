@@ -104,7 +104,9 @@ double EpochStats::busy_share() const {
   if (workers.empty() || wall_s <= 0) return 0;
   double busy = 0;
   for (const auto& w : workers) busy += w.busy_s;
-  return busy / (wall_s * static_cast<double>(workers.size()));
+  // After the first batch: a fresh worker's start is the start-up's, not idle time.
+  const double span = std::max(wall_s - first_batch_s, 0.5 * wall_s);
+  return busy / (span * static_cast<double>(workers.size()));
 }
 
 int64_t EpochStats::minor_faults() const {
@@ -134,35 +136,38 @@ std::string EpochStats::diagnosis() const {
   const int n = static_cast<int>(workers.size());
   const double waited = next_s / wall_s;
   const double busy = busy_share();
+  // What bounds the epoch once batches flow.
+  auto steady = [&]() -> std::string {
+    if (waited >= kWaitShare) {
+      if (n == 0)
+        return "input-bound: training waited " + pct(waited) +
+               " of the epoch, loading in the main process: worker processes (0 -> 2) or cheaper samples";
+      if (busy >= kBusyShare)
+        return "input-bound: workers " + pct(busy) + " busy, training waited " + pct(waited) +
+               " of the epoch: more workers (" + std::to_string(n) + " -> " + std::to_string(n + 1) +
+               ") or cheaper samples";
+      return "input-bound: training waited " + pct(waited) + " of the epoch while workers were only " + pct(busy) +
+             " busy: a higher prefetch_factor, or look at the transport (results ready " + fixed(ready_mean, 1) +
+             " on average)";
+    }
+    if (n > 0 && (busy < kBusyShare || ready_mean >= kReadyPileUp))
+      return "consumer-bound: training waited " + pct(waited) + " of the epoch, " + fixed(ready_mean, 1) +
+             " results ready on average (max " + std::to_string(ready_max) + "), workers " + pct(busy) + " busy: " +
+             (n > 1 ? "fewer workers (" + std::to_string(n) + " -> " + std::to_string(n - 1) + ") or " : std::string()) +
+             "a lower prefetch_factor would do; speed up the training step";
+    if (n == 0) return "consumer-bound: loading took " + pct(waited) + " of the epoch: the training step is the cost";
+    return "balanced: workers " + pct(busy) + " busy, training waited " + pct(waited) + " of the epoch";
+  };
   std::string out;
   if (first_batch_s >= kStartupShare * wall_s) {
     out = "start-up-bound: the first batch took " + pct(first_batch_s / wall_s) + " of the epoch (" +
-          fixed(first_batch_s * 1e3, 1) + " ms): persistent_workers=true, a cheaper dataset set-up, or longer epochs";
+          fixed(first_batch_s * 1e3, 1) +
+          " ms): persistent_workers=true, a cheaper dataset set-up, or longer epochs; after it " + steady();
   } else if (sampler_s >= kSamplerShare * wall_s) {
     out = "sampler-bound: drawing the index batches took " + pct(sampler_s / wall_s) +
           " of the epoch on the application thread: a cheaper sampler or batch_sampler";
-  } else if (waited >= kWaitShare) {
-    if (n == 0) {
-      out = "input-bound: training waited " + pct(waited) +
-            " of the epoch, loading in the main process: worker processes (0 -> 2) or cheaper samples";
-    } else if (busy >= kBusyShare) {
-      out = "input-bound: workers " + pct(busy) + " busy, training waited " + pct(waited) +
-            " of the epoch: more workers (" + std::to_string(n) + " -> " + std::to_string(n + 1) +
-            ") or cheaper samples";
-    } else {
-      out = "input-bound: training waited " + pct(waited) + " of the epoch while workers were only " + pct(busy) +
-            " busy: a higher prefetch_factor, or look at the transport (results ready " + fixed(ready_mean, 1) +
-            " on average)";
-    }
-  } else if (n > 0 && (busy < kBusyShare || ready_mean >= kReadyPileUp)) {
-    out = "consumer-bound: training waited " + pct(waited) + " of the epoch, " + fixed(ready_mean, 1) +
-          " results ready on average (max " + std::to_string(ready_max) + "), workers " + pct(busy) + " busy: " +
-          (n > 1 ? "fewer workers (" + std::to_string(n) + " -> " + std::to_string(n - 1) + ") or " : std::string()) +
-          "a lower prefetch_factor would do; speed up the training step";
-  } else if (n == 0) {
-    out = "consumer-bound: loading took " + pct(waited) + " of the epoch: the training step is the cost";
   } else {
-    out = "balanced: workers " + pct(busy) + " busy, training waited " + pct(waited) + " of the epoch";
+    out = steady();
   }
   const int64_t faults = minor_faults();
   if (previous_minor_faults > 0 && faults >= kWarmingFaults &&

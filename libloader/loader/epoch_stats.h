@@ -152,10 +152,11 @@ struct EpochStats {
   /// "input-bound: workers 95% busy, training waited 61% of the epoch: more workers
   /// (2 -> 3) or cheaper samples".  Checked in this order, the first that holds:
   ///  - "no batches yet"                when batches == 0;
-  ///  - "start-up-bound"  first_batch_s >= kStartupShare of wall_s;
+  ///  - "start-up-bound"  first_batch_s >= kStartupShare of wall_s, followed by
+  ///                      "; after it " and one of the three below but the last;
   ///  - "sampler-bound"   sampler_s >= kSamplerShare of wall_s;
   ///  - "input-bound"     next_s >= kWaitShare of wall_s (with workers: their busy
-  ///                      share, busy_s / (wall_s * workers), >= kBusyShare says more
+  ///                      share, busy_share(), >= kBusyShare says more
   ///                      workers; below it, a deeper prefetch);
   ///  - "consumer-bound"  next_s < kWaitShare of wall_s and, with workers, busy share
   ///                      < kBusyShare or ready_mean >= kReadyPileUp: fewer workers or
@@ -173,7 +174,9 @@ struct EpochStats {
   static constexpr double kWarmingFall = 0.7;
   static constexpr int64_t kWarmingFaults = 1000;
 
-  /// The workers' busy share: sum of busy_s / (wall_s * workers) (0 without workers).
+  /// The workers' busy share: sum of busy_s / ((wall_s - first_batch_s) * workers), the
+  /// time after the first batch (at least half the epoch), since fresh workers spend the
+  /// start-up starting (0 without workers).
   double busy_share() const;
   /// The workers' minor faults in this epoch, summed.
   int64_t minor_faults() const;

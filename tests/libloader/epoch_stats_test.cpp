@@ -20,7 +20,7 @@ EpochStats epoch(double wall, int workers, double busy, double waited) {
   s.batches = 100;
   s.samples = 6400;
   s.wall_s = wall;
-  s.first_batch_s = 0.01 * wall;
+  s.first_batch_s = 0;
   s.next_s = waited * wall;
   for (int k = 0; k < workers; ++k) {
     EpochStats::Worker w;
@@ -118,6 +118,7 @@ TEST(EpochStatsDiagnosis, StartUpAndSamplerComeFirst) {
   EpochStats s = epoch(1, 2, 0.95, 0.61);
   s.first_batch_s = EpochStats::kStartupShare * s.wall_s;
   EXPECT_EQ(s.diagnosis().rfind("start-up-bound:", 0), 0u) << s.diagnosis();
+  EXPECT_NE(s.diagnosis().find("; after it input-bound: workers"), std::string::npos) << s.diagnosis();
   s.first_batch_s = 0.9 * EpochStats::kStartupShare * s.wall_s;
   EXPECT_EQ(s.diagnosis().rfind("input-bound:", 0), 0u) << s.diagnosis();
   s.sampler_s = EpochStats::kSamplerShare * s.wall_s;
@@ -143,6 +144,16 @@ TEST(EpochStatsDiagnosis, WarmingUpWhenFaultsFall) {
   s.previous_minor_faults = -1;  // a first epoch
   s.workers[0].minor_faults = 11'000;
   EXPECT_EQ(s.diagnosis().find("warming up"), std::string::npos);
+}
+
+TEST(EpochStatsDiagnosis, BusyShareLeavesTheStartUpOut) {
+  // W3, 1 fresh worker, epoch 1: 107 ms of 430 before the first batch, busy 267 ms.
+  EpochStats s = epoch(0.430, 1, 0.62, 0.86);
+  s.first_batch_s = 0.107;
+  EXPECT_NEAR(s.busy_share(), 0.62 * 0.430 / (0.430 - 0.107), 1e-9);
+  EXPECT_EQ(s.diagnosis().rfind("input-bound: workers 83% busy", 0), 0u) << s.diagnosis();
+  s.first_batch_s = 0.3;  // at most half the epoch left out
+  EXPECT_NEAR(s.busy_share(), 0.62 * 0.430 / (0.5 * 0.430), 1e-9);
 }
 
 TEST(EpochStatsDiagnosis, NoBatchesYet) { EXPECT_EQ(EpochStats{}.diagnosis(), "no batches yet"); }
