@@ -904,11 +904,13 @@ class Progress {
  public:
   Progress(bool enabled, int epoch, int epochs, int64_t batches)
       : enabled_(enabled), epoch_(epoch), epochs_(epochs), batches_(batches), t0_(Clock::now()) {}
-  void update(int64_t done, int64_t samples, double loss, double wait_s) {
+  /// `it`'s stats (the time spent in next()) are read only when the line is redrawn.
+  void update(int64_t done, int64_t samples, double loss, const loader::DataLoader::Iterator& it) {
     if (!enabled_) return;
     auto now = Clock::now();
     if (done != batches_ && now - last_ < std::chrono::milliseconds(100)) return;
     last_ = now;
+    const double wait_s = it.stats().next_s;
     const int width = 30;
     const int64_t filled = batches_ > 0 ? done * width / batches_ : width;
     const double el = seconds_since(t0_);
@@ -1087,14 +1089,12 @@ int train(const Options& opt) {
     // A resumed epoch goes on with the sums it had (its figures then match an
     // uninterrupted run's; its timings count from the restart).
     const EpochTotals start = resumed && epoch == first_epoch ? resumed_totals : EpochTotals{};
-    double loss_sum = start.loss_sum, epoch_wait = 0, lr = opt.lr;
+    double loss_sum = start.loss_sum, lr = opt.lr;
     int64_t seen = start.seen, done = start.done, correct = start.correct;
     const int64_t seen_before = start.seen;
     auto it = loader.iter();  // after load_state_dict: the rest of the checkpointed epoch
     for (;;) {
-      const auto t_wait = Clock::now();
       std::optional<loader::Value> batch = it.next();
-      epoch_wait += seconds_since(t_wait);
       if (!batch) break;
       const loader::Tensor images = (*batch)[0].to_tensor().contiguous();
       const loader::Tensor labels = (*batch)[1].to_tensor().contiguous();
@@ -1126,9 +1126,12 @@ int train(const Options& opt) {
       if (!opt.checkpoint.empty() && step % checkpoint_every == 0)
         save_training_checkpoint(opt.checkpoint, model, opt, adam, sgd, step, total_steps, epoch, it.state_dict(),
                                  {loss_sum, seen, correct, done});
-      progress.update(done, seen - seen_before, loss_sum / static_cast<double>(seen), epoch_wait);
+      progress.update(done, seen - seen_before, loss_sum / static_cast<double>(seen), it);
     }
     const double epoch_seconds = seconds_since(t_epoch);
+    // The time the trainer waited for data: the loader's own figure (EpochStats::next_s,
+    // the time inside next()), not a clock of its own around it.
+    const double epoch_wait = it.stats().next_s;
     progress.clear();
     train_seconds += epoch_seconds;
     wait_seconds += epoch_wait;

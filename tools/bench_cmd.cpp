@@ -241,6 +241,7 @@ struct BenchOptions {
   int64_t max_worker_restarts = 0;
   int64_t kill_worker_after = 0;  // map-style, workers > 0: SIGKILL worker 0 after this many batches of each epoch
   double timeout = 0;
+  double step_ms = 0;  // --step-ms: the consumer spends this long per batch (a sleep, as a training step on a GPU)
   std::string root;               // W5: an image folder (default: the generated one)
   std::vector<std::string> remote;  // --remote HOST:PORT: workers on other hosts (loader serve)
   std::string token_file;           // --token-file: their secret
@@ -733,6 +734,7 @@ int run_bench(const BenchOptions& o) {
           const std::vector<int> pids = it.worker_pids();
           if (!pids.empty() && pids[0] > 0 && ::kill(pids[0], SIGKILL) == 0) killed_pid = pids[0];
         }
+        if (o.step_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.step_ms));
       }
       stages = it.stats();
     }
@@ -787,6 +789,10 @@ int run_bench(const BenchOptions& o) {
     j["workers_busy_share"] = workers > 0 && epoch_s > 0 ? busy / (epoch_s * workers) : 0.0;
     j["stage_next_s"] = stages.next_s;
     j["stage_waits"] = stages.waits;
+    // The epoch's EpochStats as the library writes it (samples, first batch, wait
+    // percentiles, occupancy, slab pool, per-worker fetch/collate/CPU/faults, diagnosis).
+    j["stats"] = Json::parse(stages.to_json());
+    if (o.step_ms > 0) j["step_ms"] = o.step_ms;
     j["label_sum"] = total;
     j["label_sum_expected"] = want_sum;
     j["ok"] = total == want_sum && samples == n && batches == want_batches;
@@ -847,6 +853,7 @@ int run_bench(const BenchOptions& o) {
     if (w5) line << ", JPEG " << std::setprecision(1) << static_cast<double>(w5_files.bytes) / epoch_s / 1e6 << " MB/s";
     if (killed_pid > 0) line << ", killed worker " << killed_pid;
     if (verify) line << ", checksum " << checksum;
+    line << "; " << stages.diagnosis();
     std::cerr << line.str() << std::endl;
     if (!j["ok"].get<bool>()) {
       std::cerr << "[loader bench] " << tag << " epoch " << e << ": CHECK FAILED: label sum " << total
@@ -919,6 +926,9 @@ void add_bench_command(CLI::App& app) {
                   "W5: an image folder (ImageFolder layout; default: a generated one of --n images, made once by "
                   "`loader images make` into ~/.cache/loader or $LOADER_CACHE_DIR)");
   cmd->add_flag("--decode-scaling", o->decode_scaling, "W5: JPEG DCT-scaled decoding where a crop shrinks 2x or more");
+  cmd->add_option("--step-ms", o->step_ms,
+                  "the consumer spends this many ms per batch (sleeps, as a training step waiting for its GPU; "
+                  "default 0)");
   cmd->add_option("--kill-worker-after", o->kill_worker_after,
                   "SIGKILL worker 0 after this many batches of every epoch (needs --max-worker-restarts >= 1)")
       ->check(kInt64);

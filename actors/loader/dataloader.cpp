@@ -558,6 +558,41 @@ int64_t DataLoader::size() {
   return *n;
 }
 
+namespace {
+/// Samples in a batch: the first dimension of its first tensor (1 without automatic
+/// batching, or when it holds no tensor).
+int64_t batch_length(const Value& v, bool auto_collation) {
+  if (!auto_collation) return 1;
+  const Value* x = &v;
+  for (int depth = 0; depth < 16; ++depth) {
+    switch (x->kind()) {
+      case Value::Kind::Tensor: {
+        const Tensor& t = x->to_tensor();
+        return t.dim() == 0 ? 1 : t.size(0);
+      }
+      case Value::Kind::List:
+      case Value::Kind::Tuple:
+        if (x->items().empty()) return 1;
+        switch (x->items().front().kind()) {  // a list of strings (default_collate): one per sample
+          case Value::Kind::Tensor:
+          case Value::Kind::List:
+          case Value::Kind::Tuple:
+          case Value::Kind::Dict: break;
+          default: return static_cast<int64_t>(x->items().size());
+        }
+        x = &x->items().front();
+        break;
+      case Value::Kind::Dict:
+        if (x->dict_items().empty()) return 1;
+        x = &x->dict_items().front().second;
+        break;
+      default: return 1;
+    }
+  }
+  return 1;
+}
+}  // namespace
+
 // ------------------------------------------------------------------ Iterator
 DataLoader::Iterator::Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state, Start start)
     : backend_(std::move(backend)),
@@ -565,6 +600,7 @@ DataLoader::Iterator::Iterator(std::unique_ptr<EpochBackend> backend, std::share
       start_(std::move(start)),
       len_called_(state_->iterable_len_called) {
   state_->latest_iterator = this;
+  if (!state_->epoch_stats.empty()) rec_.previous_faults = state_->epoch_stats.back().minor_faults();
 }
 
 DataLoader::Iterator::Iterator(Iterator&& o) noexcept
@@ -576,12 +612,14 @@ DataLoader::Iterator::Iterator(Iterator&& o) noexcept
       taken_(o.taken_),
       next_s_(o.next_s_),
       ended_(std::move(o.ended_)),
+      rec_(o.rec_),
       len_called_(o.len_called_) {
   if (state_ && state_->latest_iterator == &o) state_->latest_iterator = this;
 }
 
 DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&& o) noexcept {
   if (this == &o) return *this;
+  keep_stats();
   leave_latest();
   backend_ = std::move(o.backend_);
   state_ = std::move(o.state_);
@@ -591,12 +629,26 @@ DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&& o) noexcept {
   taken_ = o.taken_;
   next_s_ = o.next_s_;
   ended_ = std::move(o.ended_);
+  rec_ = o.rec_;
   len_called_ = o.len_called_;
   if (state_ && state_->latest_iterator == &o) state_->latest_iterator = this;
   return *this;
 }
 
-DataLoader::Iterator::~Iterator() { leave_latest(); }
+DataLoader::Iterator::~Iterator() {
+  keep_stats();
+  leave_latest();
+}
+
+void DataLoader::Iterator::keep_stats() noexcept {
+  if (!state_ || rec_.kept || (backend_ && yielded_ == 0)) return;
+  rec_.kept = true;
+  try {
+    state_->epoch_stats.push_back(stats());
+  } catch (...) {
+    // out of memory: the loader's history misses this epoch
+  }
+}
 
 void DataLoader::Iterator::leave_latest() noexcept {
   if (!state_ || state_->latest_iterator != this) return;
@@ -749,11 +801,16 @@ Value DataLoader::Iterator::state_dict() const {
 std::optional<Value> DataLoader::Iterator::next() {
   if (!backend_) return std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
-  struct Clock {  // time inside next(), also when it throws
+  struct Clock {  // time inside next(), also when it throws; per batch into the histogram
     double& total;
+    DurationHistogram* wait;  // null: not a batch (the end), or LOADER_STATS=0
     std::chrono::steady_clock::time_point t0;
-    ~Clock() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-  } clock{next_s_, t0};
+    ~Clock() {
+      const auto dt = std::chrono::steady_clock::now() - t0;
+      total += std::chrono::duration<double>(dt).count();
+      if (wait) wait->add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(dt).count()));
+    }
+  } clock{next_s_, stats_recording() ? &rec_.wait : nullptr, t0};
   std::optional<Value> batch;
   try {
     batch = backend_->next();
@@ -763,6 +820,8 @@ std::optional<Value> DataLoader::Iterator::next() {
     throw;
   }
   if (!batch) {
+    clock.wait = nullptr;
+    rec_.ended_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_.began).count();
     backend_->stats(ended_);
     if (resumable(*state_)) {
       try {
@@ -772,10 +831,14 @@ std::optional<Value> DataLoader::Iterator::next() {
       }
     }
     backend_.reset();  // ends the epoch: workers released now, not at destruction
+    keep_stats();
     return std::nullopt;
   }
   ++taken_;
+  if (yielded_ == 0)
+    rec_.first_batch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_.began).count();
   ++yielded_;
+  rec_.samples += batch_length(*batch, state_->auto_collation);
   if (state_->iterable && start_.hashes) start_.hashes->add(result_hash(&*batch));
   if (state_->iterable && len_called_ && yielded_ > *len_called_) {
     warn("Length of IterableDataset " + state_->iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type +
@@ -797,6 +860,20 @@ EpochStats DataLoader::Iterator::stats() const {
   if (backend_) backend_->stats(out);
   out.batches = yielded_;
   out.next_s = next_s_;
+  out.samples = rec_.samples;
+  out.first_batch_s = rec_.first_batch_s;
+  out.wait = rec_.wait;
+  out.wall_s = rec_.ended_wall_s >= 0
+                   ? rec_.ended_wall_s
+                   : std::chrono::duration<double>(std::chrono::steady_clock::now() - start_.began).count();
+  out.previous_minor_faults = rec_.previous_faults;
+  return out;
+}
+
+LoaderStats DataLoader::stats() const {
+  LoaderStats out;
+  out.epochs = state_->epoch_stats;
+  for (const auto& e : out.epochs) out.total.add(e);
   return out;
 }
 

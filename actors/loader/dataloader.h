@@ -21,6 +21,7 @@
 // The header carries no CAF or Boost types: the actor system is hidden inside.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <iterator>
 #include <memory>
@@ -71,9 +72,11 @@ class DataLoader {
     /// Pids of the worker processes serving this epoch (-1 for an in-process
     /// worker or one not running); empty with num_workers = 0 or after the end.
     std::vector<int> worker_pids();
-    /// What this epoch's stages did so far (batches, time in next(), tasks in flight,
-    /// results ready, each worker's state).  Valid also after the end of the epoch
-    /// (the counters of the whole epoch; the "now" figures as the epoch ended).
+    /// What this epoch's stages did so far (batches, samples, time to the first batch,
+    /// time in next() and its distribution per batch, tasks in flight and results
+    /// ready, slab pool, each worker's state, busy time, CPU time and faults;
+    /// EpochStats::to_json(), EpochStats::diagnosis()).  Valid also after the end of
+    /// the epoch (the counters of the whole epoch; the "now" figures as it ended).
     EpochStats stats() const;
     /// A checkpoint of this epoch after the batches next() has returned so far
     /// (torchdata's StatefulDataLoader.state_dict()): a dict that loader::pt::save
@@ -93,6 +96,8 @@ class DataLoader {
     /// How the epoch began, for its checkpoints.
     struct Start {
       std::vector<std::string> streams;  ///< the random streams before its first draw
+      /// When iter() began (the epoch's wall time and time to its first batch count from here).
+      std::chrono::steady_clock::time_point began = std::chrono::steady_clock::now();
       bool base_seed_drawn = false;
       uint64_t base_seed = 0;
       uint64_t consumed = 0;  ///< resumed: tasks the checkpointed iterator had consumed
@@ -146,6 +151,20 @@ class DataLoader {
     uint64_t taken_ = 0;  ///< results taken this epoch: batches and batch errors (iterable checkpoints)
     double next_s_ = 0;
     EpochStats ended_;  ///< the stage figures as the epoch ended (backend_ gone)
+    /// The application thread's figures of the epoch (EpochStats samples, first_batch_s,
+    /// wait, wall_s), and whether the epoch went into the loader's stats() yet.
+    struct Record {
+      int64_t samples = 0;
+      double first_batch_s = 0;
+      double ended_wall_s = -1;  ///< wall_s once the epoch ended
+      DurationHistogram wait;
+      int64_t previous_faults = -1;  ///< the workers' minor faults in the loader's previous epoch
+      bool kept = false;
+    };
+    Record rec_;
+    /// Adds this epoch's stats() to the loader's (once; an epoch that gave no batch and
+    /// did not end is left out).
+    void keep_stats() noexcept;
     /// The IterableDataset length len(dataloader) reported before this iterator was made
     /// (PyTorch's iterator copies _IterableDataset_len_called when it is created).
     std::optional<int64_t> len_called_;
@@ -229,6 +248,11 @@ class DataLoader {
   /// rank of the new world: the next iter() is this rank's stripe of the samples no old
   /// rank consumed (docs/api.md, "Elastic ranks").
   void load_state_dict(const Value& state, bool strict = true);
+
+  /// Every epoch of this loader so far (each as its iterator ended it, or went having
+  /// given batches; the running one is Iterator::stats()) and their totals:
+  /// LoaderStats::to_json() for a log.
+  LoaderStats stats() const;
 
   /// What pin_memory achieved so far (it stays valid after the epoch ends):
   /// backend "cuda" (batches are CUDA page-locked: with workers the shared-memory

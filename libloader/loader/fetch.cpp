@@ -1,17 +1,28 @@
 #include "loader/fetch.h"
 
+#include <chrono>
 #include <string>
 
 #include "loader/detail/splitmix64.h"
+#include "loader/epoch_stats.h"
 #include "loader/error.h"
 
 namespace loader {
 
 namespace {
-Value apply_collate(const CollateFn& collate, std::vector<Value>& samples, bool auto_collation) {
+Value collate_samples(const CollateFn& collate, std::vector<Value>& samples, bool auto_collation) {
   if (collate) return collate(samples);
   if (auto_collation) return default_collate(samples);
   return default_convert(std::move(samples.front()));
+}
+// The collate, its time into `ns` (EpochStats::Worker::collate_s; 0 with LOADER_STATS=0).
+Value apply_collate(const CollateFn& collate, std::vector<Value>& samples, bool auto_collation, uint64_t& ns) {
+  if (!stats_recording()) return collate_samples(collate, samples, auto_collation);
+  const auto t0 = std::chrono::steady_clock::now();
+  Value v = collate_samples(collate, samples, auto_collation);
+  ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  return v;
 }
 }  // namespace
 
@@ -73,6 +84,7 @@ Value MapFetcher::fetch_into_spec(const IndexBatch& indices) {
 }
 
 Value MapFetcher::fetch(const IndexBatch& indices) {
+  collate_ns_ = 0;
   if (spec_) return fetch_into_spec(indices);
   std::vector<Value> samples;
   if (auto_collation_) {
@@ -80,7 +92,7 @@ Value MapFetcher::fetch(const IndexBatch& indices) {
   } else {
     samples.push_back(dataset_->get(indices.at(0)));
   }
-  return apply_collate(collate_, samples, auto_collation_);
+  return apply_collate(collate_, samples, auto_collation_, collate_ns_);
 }
 
 IterableFetcher::IterableFetcher(std::shared_ptr<IterableDataset> dataset, bool auto_collation,
@@ -89,6 +101,7 @@ IterableFetcher::IterableFetcher(std::shared_ptr<IterableDataset> dataset, bool 
       collate_(std::move(collate)), drop_last_(drop_last) {}
 
 std::optional<Value> IterableFetcher::fetch(size_t n) {
+  collate_ns_ = 0;
   if (ended_) return std::nullopt;
   std::vector<Value> samples;
   if (auto_collation_) {
@@ -110,7 +123,7 @@ std::optional<Value> IterableFetcher::fetch(size_t n) {
     }
     samples.push_back(std::move(*v));
   }
-  return apply_collate(collate_, samples, auto_collation_);
+  return apply_collate(collate_, samples, auto_collation_, collate_ns_);
 }
 
 uint64_t IterableFetcher::skip(uint64_t results, size_t n) {

@@ -132,6 +132,7 @@ TEST(Frames, EveryReplyKindRoundTrips) {
   replies[0].slab = kInlineSlab;
   replies[0].bytes = 12;
   replies[0].busy_ns = 999;
+  replies[0].collate_ns = 333;
   replies[0].payload = std::string("\0\1payload", 9);
   replies[1].kind = WorkerReply::Kind::Need;
   replies[1].task = 4;
@@ -141,6 +142,7 @@ TEST(Frames, EveryReplyKindRoundTrips) {
   replies[2].error_type = "IndexError";
   replies[2].error_message = "Caught IndexError in DataLoader worker process 0.";
   replies[2].busy_ns = 7;
+  replies[2].collate_ns = 2;
   replies[3].kind = WorkerReply::Kind::IterEnd;
   replies[3].task = 6;
   for (const WorkerReply& r : replies) {
@@ -151,6 +153,7 @@ TEST(Frames, EveryReplyKindRoundTrips) {
     EXPECT_EQ(d.task, r.task);
     EXPECT_EQ(d.bytes, r.bytes);
     EXPECT_EQ(d.busy_ns, r.busy_ns);
+    EXPECT_EQ(d.collate_ns, r.collate_ns);
     EXPECT_EQ(d.payload, r.payload);
     EXPECT_EQ(d.error_type, r.error_type);
     EXPECT_EQ(d.error_message, r.error_message);

@@ -17,6 +17,7 @@
 #include "loader/datasets.h"
 #include "loader/error.h"
 #include "loader/generator.h"
+#include "loader/runtime/os/proc_stat.h"
 #include "loader/runtime/os/shm.h"
 #include "loader/worker_info.h"
 #include "process_leaks.h"
@@ -175,6 +176,28 @@ TEST_P(Workers, StatsCountEachStageAndStayAfterTheEnd) {
     EXPECT_EQ(s.workers[0].delivered, 5);  // round robin: tasks 0, 2, 4, ... to worker 0
     EXPECT_EQ(s.workers[1].delivered, 5);
     EXPECT_LE(s.waits, 10) << "a next() call counts once however long it waits";
+    // The application thread's figures, and the occupancy over the epoch.
+    EXPECT_EQ(s.samples, 40);
+    EXPECT_GT(s.first_batch_s, 0.0);
+    EXPECT_LE(s.first_batch_s, s.wall_s);
+    EXPECT_EQ(s.wait.count(), 10) << "one per batch";
+    EXPECT_LE(s.wait.quantile_s(0.5), s.wait.quantile_s(0.99));
+    EXPECT_LE(s.wait.quantile_s(0.99), s.wait.max_s());
+    EXPECT_NEAR(s.wait.sum_s(), s.next_s, 1e-3);
+    EXPECT_GE(s.in_flight_max, 1);
+    EXPECT_LE(s.in_flight_max, 4) << "the credit bound";
+    EXPECT_GT(s.in_flight_mean, 0.0);
+    EXPECT_LE(s.in_flight_mean, 4.0);
+    EXPECT_LE(s.ready_max, 4);
+    EXPECT_GT(s.slab_bytes_peak, 0);
+    EXPECT_GE(s.slab_bytes_mapped, s.slab_bytes_in_use);
+    for (const auto& w : s.workers) {
+      EXPECT_EQ(w.tasks, 5);
+      EXPECT_NEAR(w.fetch_s + w.collate_s, w.busy_s, 1e-9);
+      EXPECT_GE(w.cpu_user_s + w.cpu_system_s, 0.0);
+    }
+    EXPECT_EQ(s.restarts, 0);
+    EXPECT_EQ(s.diagnosis().find("no batches"), std::string::npos) << s.diagnosis();
 
     // A second epoch counts afresh.
     auto it2 = dl.iter();
@@ -183,6 +206,19 @@ TEST_P(Workers, StatsCountEachStageAndStayAfterTheEnd) {
     EXPECT_EQ(it2.stats().tasks_sent, 5);
     EXPECT_EQ(it.stats().batches, 10) << "the ended epoch keeps its figures";
     EXPECT_EQ(it.stats().workers.size(), 2u);
+    EXPECT_EQ(it.stats().samples, 40);
+    // The loader keeps every ended epoch; the running one is its iterator's.
+    LoaderStats all = dl.stats();
+    ASSERT_EQ(all.epochs.size(), 1u);
+    EXPECT_EQ(all.epochs[0].batches, 10);
+    EXPECT_EQ(all.total.samples, 40);
+    while (it2.next()) {
+    }
+    all = dl.stats();
+    ASSERT_EQ(all.epochs.size(), 2u);
+    EXPECT_EQ(all.total.batches, 20);
+    EXPECT_EQ(all.total.wait.count(), 20);
+    EXPECT_EQ(all.epochs[1].previous_minor_faults, all.epochs[0].minor_faults());
   }
 
   // Each worker's time on its delivered tasks: 4 samples of 3 ms per batch, 5 batches each.
@@ -202,7 +238,11 @@ TEST_P(Workers, StatsCountEachStageAndStayAfterTheEnd) {
     for (const auto& w : s.workers) {
       EXPECT_GE(w.busy_s, 5 * 4 * 0.003) << "5 batches of 4 samples of 3 ms";
       EXPECT_LE(w.busy_s, wall) << "no more than the epoch lasted";
+      EXPECT_GE(w.fetch_s, 5 * 4 * 0.003) << "the samples' time is fetch time";
+      EXPECT_LT(w.collate_s, w.fetch_s);
+      if (GetParam() == WorkerMode::Process) EXPECT_GT(w.minor_faults, 0) << "a fresh process maps its memory in";
     }
+    EXPECT_LE(s.wall_s, wall + 1e-3);
     EXPECT_GT(s.sampler_s, 0.0);
     EXPECT_LT(s.sampler_s, wall);
   }
@@ -220,6 +260,27 @@ TEST_P(Workers, StatsCountEachStageAndStayAfterTheEnd) {
   EXPECT_EQ(s0.in_flight, 0);
   EXPECT_TRUE(s0.workers.empty());
   EXPECT_GT(s0.sampler_s, 0.0);
+  EXPECT_EQ(s0.samples, 40);
+  EXPECT_EQ(s0.wait.count(), 10);
+  EXPECT_EQ(dl0.stats().epochs.size(), 1u);
+}
+
+TEST(ProcStat, ParsesTheFieldsAfterTheCommand) {
+  // A command name with spaces and parentheses; minflt is field 10, utime 14, stime 15.
+  const std::string text =
+      "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 777 0 0 0 250 30 0 0 20 0 1 0 100 1000 200\n";
+  auto st = runtime::parse_proc_stat(text);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->minor_faults, 777);
+  const double tick = 1.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  EXPECT_NEAR(st->user_s, 250 * tick, 1e-9);
+  EXPECT_NEAR(st->system_s, 30 * tick, 1e-9);
+  EXPECT_FALSE(runtime::parse_proc_stat("garbage").has_value());
+  EXPECT_FALSE(runtime::parse_proc_stat("1 (x) S 1 2").has_value());
+  auto self = runtime::read_proc_stat(::getpid());
+  ASSERT_TRUE(self.has_value());
+  EXPECT_GT(self->minor_faults, 0);
+  EXPECT_FALSE(runtime::read_proc_stat(-1).has_value());
 }
 
 TEST(WorkerProcesses, LeaveNoSegmentAndNoChildBehind) {

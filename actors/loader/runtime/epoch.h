@@ -189,6 +189,9 @@ class LoaderState {
   /// The next pass's indices in place of the sampler's (an elastic checkpoint, applied
   /// by iter(): that one pass only; the epoch after it is the sampler's own).
   std::optional<std::vector<int64_t>> elastic_pass;
+  /// The figures of the loader's epochs so far (DataLoader::stats()): each iterator adds
+  /// its epoch as it ends, or as it goes having given batches.
+  std::vector<EpochStats> epoch_stats;
   /// The collate function to use in this process.
   CollateFn collate() const;
   Generator& generator() const;

@@ -224,6 +224,7 @@ std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
       put_u64(body, r.slab);
       put_u64(body, r.bytes);
       put_u64(body, r.busy_ns);
+      put_u64(body, r.collate_ns);
       body += r.payload;
       return {static_cast<uint8_t>(FrameType::Result), body};
     case WorkerReply::Kind::Need:
@@ -233,6 +234,7 @@ std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
       put_string(body, r.error_type);
       put_string(body, r.error_message);
       put_u64(body, r.busy_ns);
+      put_u64(body, r.collate_ns);
       return {static_cast<uint8_t>(FrameType::TaskError), body};
     case WorkerReply::Kind::IterEnd: return {static_cast<uint8_t>(FrameType::IterEnd), body};
   }
@@ -256,6 +258,7 @@ WorkerReply decode_reply(uint8_t type, const std::string& body) {
         r.slab = in.u64();
         r.bytes = in.u64();
         r.busy_ns = in.u64();
+        r.collate_ns = in.u64();
         r.payload = in.rest();
         break;
       case FrameType::Need:
@@ -267,6 +270,7 @@ WorkerReply decode_reply(uint8_t type, const std::string& body) {
         r.error_type = in.string();
         r.error_message = in.string();
         r.busy_ns = in.u64();
+        r.collate_ns = in.u64();
         break;
       default: r.kind = WorkerReply::Kind::IterEnd; break;
     }

@@ -69,6 +69,9 @@ struct WorkerReply {
   /// Result, Error: nanoseconds the worker spent on the task (fetch, collate, the copy
   /// into its slab, including a first try that answered Need): EpochStats busy_s.
   uint64_t busy_ns = 0;
+  /// Result, Error: the part of busy_ns spent in the collate function and writing the
+  /// batch (into the slab, or encoded inline): EpochStats collate_s; the rest is fetch_s.
+  uint64_t collate_ns = 0;
 };
 
 /// (task_idx, batch): worker actor -> uplink actor (and on, over the result ring, to
@@ -88,7 +91,7 @@ typename Inspector::result_type inspect(Inspector& f, task_msg& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, WorkerReply& x) {
   return f(caf::meta::type_name("WorkerReply"), x.kind, x.task, x.slab, x.bytes, x.payload, x.error_type,
-           x.error_message, x.busy_ns);
+           x.error_message, x.busy_ns, x.collate_ns);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, result_msg& x) {

@@ -1,8 +1,10 @@
 #include "loader/runtime/child/worker_core.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "loader/collate.h"
+#include "loader/epoch_stats.h"
 #include "loader/error.h"
 #include "loader/runtime/batch_codec.h"
 #include "loader/runtime/wire.h"
@@ -158,12 +160,35 @@ WorkerReply WorkerCore::place(uint64_t task, const Value& batch, uint64_t slab) 
 }
 
 std::optional<Value> WorkerCore::fetch(const IndexBatch& indices) {
-  if (map_fetcher_) return map_fetcher_->fetch(indices);
-  return iter_fetcher_->fetch(static_cast<size_t>(config_.auto_collation ? config_.batch_size : 1));
+  if (map_fetcher_) {
+    Value v = map_fetcher_->fetch(indices);
+    collate_ns_ += map_fetcher_->last_collate_ns();
+    return v;
+  }
+  auto v = iter_fetcher_->fetch(static_cast<size_t>(config_.auto_collation ? config_.batch_size : 1));
+  collate_ns_ += iter_fetcher_->last_collate_ns();
+  return v;
 }
+
+namespace {
+/// Times a write of the batch (into its slab, or encoded inline) into `ns`: collate_s.
+struct WriteClock {
+  uint64_t& ns;
+  bool on = stats_recording();
+  std::chrono::steady_clock::time_point t0 = on ? std::chrono::steady_clock::now()
+                                                : std::chrono::steady_clock::time_point{};
+  explicit WriteClock(uint64_t& n) : ns(n) {}
+  ~WriteClock() {
+    if (on)
+      ns += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  }
+};
+}  // namespace
 
 WorkerReply WorkerCore::run_task(uint64_t task, const IndexBatch& indices, uint64_t slab) {
   const auto start = std::chrono::steady_clock::now();
+  collate_ns_ = 0;
   WorkerReply r = run(task, indices, slab);
   account(r, start);
   return r;
@@ -171,6 +196,7 @@ WorkerReply WorkerCore::run_task(uint64_t task, const IndexBatch& indices, uint6
 
 WorkerReply WorkerCore::use_slab(uint64_t task, uint64_t slab) {
   const auto start = std::chrono::steady_clock::now();
+  collate_ns_ = 0;
   WorkerReply r = retry(task, slab);
   account(r, start);
   return r;
@@ -179,13 +205,19 @@ WorkerReply WorkerCore::use_slab(uint64_t task, uint64_t slab) {
 void WorkerCore::account(WorkerReply& r, std::chrono::steady_clock::time_point start) {
   uint64_t ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+  uint64_t collate = std::min(collate_ns_, ns);
   auto earlier = pending_ns_.find(r.task);
   if (earlier != pending_ns_.end()) {
-    ns += earlier->second;
+    ns += earlier->second.first;
+    collate += earlier->second.second;
     pending_ns_.erase(earlier);
   }
-  if (r.kind == WorkerReply::Kind::Need) pending_ns_[r.task] = ns;
-  else r.busy_ns = ns;
+  if (r.kind == WorkerReply::Kind::Need) {
+    pending_ns_[r.task] = {ns, collate};
+  } else {
+    r.busy_ns = ns;
+    r.collate_ns = collate;
+  }
 }
 
 WorkerReply WorkerCore::run(uint64_t task, const IndexBatch& indices, uint64_t slab) {
@@ -200,7 +232,10 @@ WorkerReply WorkerCore::run(uint64_t task, const IndexBatch& indices, uint64_t s
       // Collated on the heap and sent whole: the main process decodes it without a slab.
       auto batch = fetch(indices);
       if (!batch) r.kind = WorkerReply::Kind::IterEnd;
-      else encode_value(*batch, r.payload);
+      else {
+        WriteClock write(collate_ns_);
+        encode_value(*batch, r.payload);
+      }
       return r;
     }
     auto it = slab == 0 ? slabs_.end() : slabs_.find(slab);
@@ -216,6 +251,7 @@ WorkerReply WorkerCore::run(uint64_t task, const IndexBatch& indices, uint64_t s
       return r;
     }
     r.slab = slab;
+    WriteClock write(collate_ns_);
     if (!alloc.overflowed()) {
       // Tensors collated in place stay; others (custom collate) are copied in.
       Value placed = place_in_slab(*batch, alloc);
@@ -247,6 +283,7 @@ WorkerReply WorkerCore::retry(uint64_t task, uint64_t slab) {
   Value batch = std::move(it->second);
   pending_.erase(it);
   try {
+    WriteClock write(collate_ns_);
     return place(task, batch, slab);
   } catch (const Error& e) {
     return error_reply(task, e.python_type(), e.what());

@@ -94,7 +94,8 @@ class WorkerCore {
  private:
   WorkerReply run(uint64_t task, const IndexBatch& indices, uint64_t slab);
   WorkerReply retry(uint64_t task, uint64_t slab);
-  /// Sets r.busy_ns from `start` (plus the time of the task's tries that answered Need),
+  /// Sets r.busy_ns from `start` and r.collate_ns from collate_ns_ (plus the times of the
+  /// task's tries that answered Need),
   /// or, for a Need, keeps the time for the retry.
   void account(WorkerReply& r, std::chrono::steady_clock::time_point start);
   /// The task's batch (nullopt: an iterable dataset's stream ended).
@@ -117,7 +118,8 @@ class WorkerCore {
   };
   std::map<uint64_t, Slab> slabs_;
   std::map<uint64_t, Value> pending_;  ///< batches waiting for a larger slab, by task
-  std::map<uint64_t, uint64_t> pending_ns_;  ///< their time so far, by task
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> pending_ns_;  ///< their time so far (busy, collate), by task
+  uint64_t collate_ns_ = 0;  ///< the current try's collate and write time (WorkerReply::collate_ns)
 };
 
 }  // namespace loader::runtime

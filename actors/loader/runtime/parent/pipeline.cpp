@@ -356,6 +356,9 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     fatal_.reset();
     stopped_ = false;
     waits_ = 0;
+    occupancy_.start(std::chrono::steady_clock::now());
+    slabs_->new_window();
+    slab_grown_at_begin_ = slabs_->stats().grown;
     workers_->set_epoch(epoch_);
     workers_->begin_epoch_counters(!resume.worker_rng.empty() || !resume.streams.empty() ? &resume.worker_rng
                                                                                           : nullptr);
@@ -407,6 +410,11 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     for (int w : dirty) flush(w);
   }
   flush_all();  // frames a failing first task queued
+  if (stats_recording()) {  // the first tasks are in flight from here
+    const auto lock = stages_->enter();
+    if (epoch_ == id && stages_->sampling().active())
+      occupancy_.see(std::chrono::steady_clock::now(), stages_->sampling().dispatcher().in_flight(), 0);
+  }
   return id;
 }
 
@@ -500,6 +508,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
     if (epoch != epoch_) return Delivery{};  // ended, or replaced by a newer epoch
     if (fatal_) return *fatal_;
     if (!stages_->sampling().active()) return Delivery{};
+    const uint64_t ready_before = stats_recording() ? stages_->reordering().buffered() + stages_->handoff().size() : 0;
     if (auto handed = stages_->handoff().take()) {
       result_msg& r = handed->result;
       Delivery d;
@@ -519,6 +528,8 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
       // Its credit goes back to the sampler, whose next task goes out at once.
       stages_->send(stages_->sampler(), credit_atom::value, static_cast<int32_t>(d.worker), d.task);
       run_stages_locked();
+      if (stats_recording())
+        occupancy_.see(std::chrono::steady_clock::now(), stages_->sampling().dispatcher().in_flight(), ready_before);
       flush_dirty();
       return d;
     }
@@ -609,8 +620,48 @@ void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
   }
   out.ready = static_cast<int64_t>(stages_->reordering().buffered() + stages_->handoff().size());
   out.sampler_s = static_cast<double>(sampling.sampler_ns()) * 1e-9;
+  const auto [in_flight_mean, ready_mean] = occupancy_.means(std::chrono::steady_clock::now());
+  out.in_flight_mean = in_flight_mean;
+  out.ready_mean = ready_mean;
+  out.in_flight_max = static_cast<int64_t>(occupancy_.in_flight_max);
+  out.ready_max = static_cast<int64_t>(occupancy_.ready_max);
+  const SlabStore::Stats slabs = slabs_->stats();
+  out.slab_bytes_mapped = static_cast<int64_t>(slabs.mapped);
+  out.slab_bytes_in_use = static_cast<int64_t>(slabs.in_use);
+  out.slab_bytes_peak = static_cast<int64_t>(slabs.peak);
+  out.slab_grown = static_cast<int64_t>(slabs.grown - std::min(slabs.grown, slab_grown_at_begin_));
   out.workers.clear();
-  for (int k = 0; k < num_workers(); ++k) out.workers.push_back(workers_->stats(k));
+  out.inline_batches = out.restarts = 0;
+  for (int k = 0; k < num_workers(); ++k) {
+    out.workers.push_back(workers_->stats(k));
+    out.inline_batches += out.workers.back().inline_batches;
+    out.restarts += out.workers.back().restarts;
+  }
+}
+
+void Pipeline::Occupancy::start(std::chrono::steady_clock::time_point now) {
+  *this = Occupancy{};
+  began = last = now;
+}
+
+void Pipeline::Occupancy::see(std::chrono::steady_clock::time_point now, uint64_t in_flight_now,
+                              uint64_t ready_now) {
+  const double dt = std::chrono::duration<double>(now - last).count();
+  in_flight_area += static_cast<double>(in_flight) * dt;
+  ready_area += static_cast<double>(ready) * dt;
+  last = now;
+  in_flight = in_flight_now;
+  ready = ready_now;
+  in_flight_max = std::max(in_flight_max, in_flight_now);
+  ready_max = std::max(ready_max, ready_now);
+}
+
+std::pair<double, double> Pipeline::Occupancy::means(std::chrono::steady_clock::time_point now) const {
+  const double span = std::chrono::duration<double>(now - began).count();
+  if (span <= 0) return {0.0, 0.0};
+  const double tail = std::chrono::duration<double>(now - last).count();
+  return {(in_flight_area + static_cast<double>(in_flight) * tail) / span,
+          (ready_area + static_cast<double>(ready) * tail) / span};
 }
 
 WorkerLifecycle::State Pipeline::worker_state(int worker) const {

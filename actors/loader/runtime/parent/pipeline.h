@@ -288,6 +288,21 @@ class Pipeline final : public LinkEvents,
   std::optional<Delivery> fatal_;
   bool stopped_ = false;
   uint64_t waits_ = 0;             ///< next() calls of this epoch that found nothing ready
+  /// The epoch's in-flight tasks and ready results over time (EpochStats in_flight_mean,
+  /// ready_mean, their max): seen at each hand-over of a batch (next()), each value
+  /// weighted by the time to the next hand-over.  On the strand.
+  struct Occupancy {
+    std::chrono::steady_clock::time_point began, last;
+    double in_flight_area = 0, ready_area = 0;  ///< value x seconds
+    uint64_t in_flight = 0, ready = 0;           ///< the values seen last
+    uint64_t in_flight_max = 0, ready_max = 0;
+    void start(std::chrono::steady_clock::time_point now);
+    void see(std::chrono::steady_clock::time_point now, uint64_t in_flight_now, uint64_t ready_now);
+    /// The means up to `now` (the values seen last still count until then).
+    std::pair<double, double> means(std::chrono::steady_clock::time_point now) const;
+  };
+  Occupancy occupancy_;
+  uint64_t slab_grown_at_begin_ = 0;  ///< SlabStore::stats().grown as the epoch began
   struct RestartDue {
     int worker;
     uint32_t gen;

@@ -1,5 +1,7 @@
 #include "loader/runtime/parent/slab_store.h"
 
+#include <algorithm>
+
 #include "loader/warnings.h"
 
 namespace loader::runtime {
@@ -20,6 +22,7 @@ void SlabStore::settle_locked(int worker) {
     pins_.erase(id);  // unpinned before the slab is unmapped
   }
   for (uint64_t id : ws.take_new()) {
+    ++grown_;
     if (!pin_) continue;
     auto seg = ws.segment(id);
     PinResult r;
@@ -29,9 +32,18 @@ void SlabStore::settle_locked(int worker) {
   }
 }
 
+void SlabStore::took_locked(int worker, uint64_t slab) {
+  if (slab == 0) return;
+  if (auto seg = workers_[static_cast<size_t>(worker)]->segment(slab)) {
+    in_use_ += seg->size();
+    if (in_use_ > peak_) peak_ = in_use_;
+  }
+}
+
 std::optional<uint64_t> SlabStore::acquire(int worker) {
   std::lock_guard<std::mutex> lock(mu_);
   auto r = workers_[static_cast<size_t>(worker)]->acquire();
+  if (r) took_locked(worker, *r);
   settle_locked(worker);
   return r;
 }
@@ -39,6 +51,7 @@ std::optional<uint64_t> SlabStore::acquire(int worker) {
 uint64_t SlabStore::acquire_at_least(int worker, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t r = workers_[static_cast<size_t>(worker)]->acquire_at_least(bytes);
+  took_locked(worker, r);
   settle_locked(worker);
   return r;
 }
@@ -46,8 +59,25 @@ uint64_t SlabStore::acquire_at_least(int worker, uint64_t bytes) {
 void SlabStore::release(int worker, uint64_t slab) {
   std::lock_guard<std::mutex> lock(mu_);
   if (worker < 0 || static_cast<size_t>(worker) >= workers_.size()) return;
-  workers_[static_cast<size_t>(worker)]->release(slab);
+  auto& ws = *workers_[static_cast<size_t>(worker)];
+  if (auto seg = ws.segment(slab)) in_use_ -= std::min<uint64_t>(in_use_, seg->size());
+  ws.release(slab);
   settle_locked(worker);
+}
+
+SlabStore::Stats SlabStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s;
+  for (const auto& w : workers_) s.mapped += w->bytes();
+  s.in_use = in_use_;
+  s.peak = peak_;
+  s.grown = grown_;
+  return s;
+}
+
+void SlabStore::new_window() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_ = in_use_;
 }
 
 void SlabStore::size_for(uint64_t bytes) {

@@ -45,6 +45,19 @@ class SlabStore {
   std::vector<uint64_t> dropped_since(size_t& cursor) const;
   int num_workers() const { return static_cast<int>(workers_.size()); }
 
+  /// The pool's figures (EpochStats slab_*): bytes mapped now, held now (acquired and
+  /// not released: a task's or a batch's), the most held at once since the last
+  /// new_window(), and slabs made since the store began (each a growth of the pool).
+  struct Stats {
+    uint64_t mapped = 0;
+    uint64_t in_use = 0;
+    uint64_t peak = 0;
+    uint64_t grown = 0;
+  };
+  Stats stats() const;
+  /// Starts a new window for `peak` (an epoch begins): the peak becomes what is held now.
+  void new_window();
+
  private:
   void settle_locked(int worker);  // pins new slabs, unpins dropped ones
 
@@ -55,6 +68,10 @@ class SlabStore {
   std::shared_ptr<PinTracker> tracker_;
   std::map<uint64_t, PinnedRegion> pins_;  ///< erased: unpinned
   std::vector<uint64_t> dropped_;
+  uint64_t in_use_ = 0;
+  uint64_t peak_ = 0;
+  uint64_t grown_ = 0;
+  void took_locked(int worker, uint64_t slab);  // counts an acquired slab in in_use_
 };
 
 }  // namespace loader::runtime

@@ -85,7 +85,11 @@ void WorkerSlots::renew(int w, uint64_t first_task, std::string init) {
 void WorkerSlots::begin_epoch_counters(std::vector<std::optional<std::string>>* worker_rng) {
   for (size_t w = 0; w < slots_.size(); ++w) {
     Slot& s = *slots_[w];
-    s.delivered = s.inline_batches = s.busy_ns = 0;
+    s.delivered = s.inline_batches = s.busy_ns = s.collate_ns = s.tasks = 0;
+    // The epoch's CPU time and faults are counted from here (a read of /proc per worker
+    // and epoch, never per batch).
+    s.proc_pid = live_pid(static_cast<int>(w));
+    s.proc_base = s.proc_pid > 0 ? read_proc_stat(s.proc_pid).value_or(ProcStat{}) : ProcStat{};
     s.resume_sent.reset();
     s.stream_start.reset();
     // A resumed epoch sets each worker's state; otherwise a state a worker was never
@@ -104,6 +108,18 @@ EpochStats::Worker WorkerSlots::stats(int k) const {
   w.delivered = static_cast<int64_t>(s.delivered);
   w.inline_batches = static_cast<int64_t>(s.inline_batches);
   w.busy_s = static_cast<double>(s.busy_ns) * 1e-9;
+  w.collate_s = static_cast<double>(s.collate_ns) * 1e-9;
+  w.fetch_s = static_cast<double>(s.busy_ns - std::min(s.collate_ns, s.busy_ns)) * 1e-9;
+  w.tasks = static_cast<int64_t>(s.tasks);
+  if (w.pid > 0) {
+    if (auto now = read_proc_stat(w.pid)) {
+      // A process that replaced the one the epoch began with: its whole life so far.
+      const ProcStat base = w.pid == s.proc_pid ? s.proc_base : ProcStat{};
+      w.cpu_user_s = std::max(0.0, now->user_s - base.user_s);
+      w.cpu_system_s = std::max(0.0, now->system_s - base.system_s);
+      w.minor_faults = std::max<int64_t>(0, now->minor_faults - base.minor_faults);
+    }
+  }
   return w;
 }
 
@@ -276,6 +292,8 @@ WorkerStage::Outcome WorkerSlots::take_result(int worker, result_msg& m) {
   m.task_idx = r.task;
   m.worker = worker;
   s.busy_ns += r.busy_ns;
+  s.collate_ns += r.collate_ns;
+  if (r.kind == WorkerReply::Kind::Result || r.kind == WorkerReply::Kind::Error) ++s.tasks;
   switch (r.kind) {
     case WorkerReply::Kind::Need: {
       // The batch is larger than the slab: a larger one, then the worker copies it in.

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "loader/epoch_stats.h"
+#include "loader/runtime/os/proc_stat.h"
 #include "loader/runtime/parent/stage_actors.h"
 #include "loader/runtime/parent/worker_lifecycle.h"
 #include "loader/runtime/parent/worker_transport.h"
@@ -179,6 +180,12 @@ class WorkerSlots final : public WorkerStage {
     uint64_t delivered = 0;           ///< its batches next() returned in this epoch
     uint64_t inline_batches = 0;      ///< its tasks of this epoch sent for a batch in the frame
     uint64_t busy_ns = 0;             ///< its time on the tasks whose replies came in this epoch
+    uint64_t collate_ns = 0;          ///< the collate and write part of busy_ns
+    uint64_t tasks = 0;               ///< its Result and Error replies of this epoch
+    /// Its process's /proc/<pid>/stat as the epoch began (pid 0: not read), so that
+    /// stats() reports the epoch's CPU time and minor faults.
+    int proc_pid = 0;
+    ProcStat proc_base;
     /// A resumed epoch's generator state to send before this worker's first task of it.
     std::optional<std::string> resume_rng;
     /// The task that state was sent with (a restart before the task started sends it again).
