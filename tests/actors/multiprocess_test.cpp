@@ -240,7 +240,9 @@ TEST_P(Workers, StatsCountEachStageAndStayAfterTheEnd) {
       EXPECT_LE(w.busy_s, wall) << "no more than the epoch lasted";
       EXPECT_GE(w.fetch_s, 5 * 4 * 0.003) << "the samples' time is fetch time";
       EXPECT_LT(w.collate_s, w.fetch_s);
-      if (GetParam() == WorkerMode::Process) EXPECT_GT(w.minor_faults, 0) << "a fresh process maps its memory in";
+      if (GetParam() == WorkerMode::Process) {
+        EXPECT_GT(w.minor_faults, 0) << "a fresh process maps its memory in";
+      }
     }
     EXPECT_LE(s.wall_s, wall + 1e-3);
     EXPECT_GT(s.sampler_s, 0.0);

@@ -34,7 +34,7 @@
 namespace loader::runtime {
 
 /// Raised when the two sides speak different versions of this protocol.
-constexpr uint64_t kRemoteProtocolVersion = 1;
+constexpr uint64_t kRemoteProtocolVersion = 2;  // 2: WorkerReply carries collate_ns
 
 /// client -> gate: (open, version, token, client actor) -> (ok, why, session).
 using open_atom = caf::atom_constant<caf::atom("open")>;
