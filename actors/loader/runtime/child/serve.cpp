@@ -188,7 +188,9 @@ caf::behavior gate_behavior(caf::event_based_actor* self, std::string token, Ser
           log_line("refused a client: authentication failed (wrong or missing token)");
           return {false, "authentication failed (wrong or missing token)", caf::actor()};
         }
-        auto session = self->spawn(session_behavior, client, counters, timeout);
+        // Detached: a session runs its worker's tasks on its own thread (deliver() blocks
+        // while the worker computes), so the gate and other sessions never wait for one.
+        auto session = self->spawn<caf::detached>(session_behavior, client, counters, timeout);
         return {true, "", caf::actor_cast<caf::actor>(session)};
       },
   };
