@@ -63,14 +63,26 @@ std::shared_ptr<Dataset> draws(int64_t n, int64_t delay_ms = 0) {
   return make_dataset({"remote_test_draws", Value::dict({{"n", n}, {"delay_ms", delay_ms}})});
 }
 
-std::string write_token(const std::string& token) {
-  char path[] = "/tmp/loader_remote_test_tokenXXXXXX";
-  const int fd = mkstemp(path);
-  EXPECT_GE(fd, 0);
-  EXPECT_EQ(write(fd, token.data(), token.size()), static_cast<ssize_t>(token.size()));
-  close(fd);
-  return path;
-}
+/// A file holding `secret`, removed when the test ends (whatever way it ends).
+class TokenFile {
+ public:
+  explicit TokenFile(const std::string& secret) {
+    char path[] = "/tmp/loader_remote_test_tokenXXXXXX";
+    const int fd = mkstemp(path);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(write(fd, secret.data(), secret.size()), static_cast<ssize_t>(secret.size()));
+    close(fd);
+    path_ = path;
+  }
+  ~TokenFile() { unlink(path_.c_str()); }
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+  operator const std::string&() const { return path_; }  // NOLINT: used as the path
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 /// A worker host on 127.0.0.1, a port of its choosing: this binary with `serve`.
 class Host {
@@ -177,7 +189,7 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 TEST(Remote, OneLocalAndOneRemoteWorkerGiveTheBytesOfTwoLocalOnes) {
-  const std::string token = write_token("remote-secret-1");
+  const TokenFile token("remote-secret-1");
   std::vector<Value> want, want_second;
   {
     DataLoader dl(draws(200), options(2, {}, ""));
@@ -194,12 +206,11 @@ TEST(Remote, OneLocalAndOneRemoteWorkerGiveTheBytesOfTwoLocalOnes) {
     DataLoader both(draws(200), options(0, {host.address(), other.address()}, token));
     expect_same_batches(all_batches(both), want, "2 remote");
   }
-  unlink(token.c_str());
 }
 
 TEST(Remote, AWrongTokenIsRefusedNamingTheHostAndTheHostServesTheNextClient) {
-  const std::string token = write_token("the-right-one");
-  const std::string wrong = write_token("not-the-right-one");
+  const TokenFile token("the-right-one");
+  const TokenFile wrong("not-the-right-one");
   Host host(token);
   const std::string e = error_of([&] {
     DataLoader dl(draws(40), options(0, {host.address()}, wrong));
@@ -208,12 +219,10 @@ TEST(Remote, AWrongTokenIsRefusedNamingTheHostAndTheHostServesTheNextClient) {
   EXPECT_NE(e.find("authentication failed at " + host.address()), std::string::npos) << e;
   DataLoader dl(draws(40), options(0, {host.address()}, token));
   EXPECT_EQ(all_batches(dl).size(), 5u);
-  unlink(token.c_str());
-  unlink(wrong.c_str());
 }
 
 TEST(Remote, RandomBytesOnThePortNeverStopTheHost) {
-  const std::string token = write_token("garbage-test");
+  const TokenFile token("garbage-test");
   Host host(token);
   const auto colon = host.address().rfind(':');
   const int port = std::stoi(host.address().substr(colon + 1));
@@ -233,11 +242,10 @@ TEST(Remote, RandomBytesOnThePortNeverStopTheHost) {
   }
   DataLoader dl(draws(40), options(0, {host.address()}, token));
   EXPECT_EQ(all_batches(dl).size(), 5u);
-  unlink(token.c_str());
 }
 
 TEST(Remote, AHandleNamingALocalResourceIsRefusedNamingTheParameter) {
-  const std::string token = write_token("resource-test");
+  const TokenFile token("resource-test");
   const std::string e = error_of([&] {
     auto ds = make_dataset({"remote_test_draws", Value::dict({{"n", 8}, {"path", "/proc/1234/fd/5"}})});
     DataLoader dl(ds, options(0, {"127.0.0.1:9"}, token));
@@ -245,7 +253,6 @@ TEST(Remote, AHandleNamingALocalResourceIsRefusedNamingTheParameter) {
   });
   EXPECT_NE(e.find("'path'"), std::string::npos) << e;
   EXPECT_NE(e.find("/proc/1234/fd/5"), std::string::npos) << e;
-  unlink(token.c_str());
 }
 
 /// What an epoch with a fault gave.
@@ -296,7 +303,7 @@ size_t warnings_naming(const std::vector<std::string>& warnings, const std::stri
 }
 
 TEST(Remote, AKilledHostsTasksGoToALocalStandInWithTheSameBytes) {
-  const std::string token = write_token("kill-test");
+  const TokenFile token("kill-test");
   const auto want = two_local_workers(600);
   Host host(token);
   DataLoaderOptions o = options(1, {host.address()}, token);
@@ -305,11 +312,10 @@ TEST(Remote, AKilledHostsTasksGoToALocalStandInWithTheSameBytes) {
   EXPECT_EQ(run.error, "");
   expect_same_batches(run.batches, want, "a host killed mid-epoch");
   EXPECT_EQ(warnings_naming(run.warnings, "DataLoader worker on " + host.address() + ": its connection closed"), 1u);
-  unlink(token.c_str());
 }
 
 TEST(Remote, AFrozenHostIsLostWithinTheTimeoutAndItsTasksGoOnElsewhere) {
-  const std::string token = write_token("freeze-test");
+  const TokenFile token("freeze-test");
   const auto want = two_local_workers(600);
   Host host(token);
   DataLoaderOptions o = options(1, {host.address()}, token);
@@ -321,12 +327,11 @@ TEST(Remote, AFrozenHostIsLostWithinTheTimeoutAndItsTasksGoOnElsewhere) {
   EXPECT_GE(run.fault_to_end_s, 1.0);
   EXPECT_LT(run.fault_to_end_s, 1.5 + 5.0);
   host.stop(SIGKILL);
-  unlink(token.c_str());
 }
 
 TEST(Remote, ALostHostsTasksGoToAnotherHost) {
   // No local worker: the second host takes the first one's slot too.
-  const std::string token = write_token("two-hosts");
+  const TokenFile token("two-hosts");
   const auto want = two_local_workers(600);
   Host host(token), other(token);
   DataLoaderOptions o = options(0, {host.address(), other.address()}, token);
@@ -334,21 +339,19 @@ TEST(Remote, ALostHostsTasksGoToAnotherHost) {
   EXPECT_EQ(run.error, "");
   expect_same_batches(run.batches, want, "one of two hosts killed");
   EXPECT_EQ(warnings_naming(run.warnings, "DataLoader worker on " + host.address()), 1u);
-  unlink(token.c_str());
 }
 
 TEST(Remote, WithNoWorkerLeftTheLoaderFailsNamingTheHostAndWhy) {
-  const std::string token = write_token("alone");
+  const TokenFile token("alone");
   Host host(token);
   FaultRun run = epoch_with_fault(host, options(0, {host.address()}, token), 600, SIGKILL);
   EXPECT_NE(run.error.find("its host " + host.address() + " was lost"), std::string::npos) << run.error;
   EXPECT_NE(run.error.find("its connection closed"), std::string::npos) << run.error;
   EXPECT_NE(run.error.find("no other worker could take its tasks"), std::string::npos) << run.error;
-  unlink(token.c_str());
 }
 
 TEST(Remote, AHostLostInOneEpochIsTriedAgainInTheNext) {
-  const std::string token = write_token("home-again");
+  const TokenFile token("home-again");
   const auto want2 = two_local_workers(600, 2, /*persistent=*/true);
   Host host(token);
   DataLoaderOptions o = options(1, {host.address()}, token);
@@ -382,11 +385,10 @@ TEST(Remote, AHostLostInOneEpochIsTriedAgainInTheNext) {
   EXPECT_EQ(e, "");
   expect_same_batches(second, want2, "the epoch after the loss");
   EXPECT_TRUE(host.wait_tasks_done(before + 10)) << "the host did not take its worker back";
-  unlink(token.c_str());
 }
 
 TEST(Remote, ACheckpointWithARemoteWorkerResumesWithLocalOnesAndTheReverse) {
-  const std::string token = write_token("checkpoint");
+  const TokenFile token("checkpoint");
   const int64_t n = 400;
   std::vector<Value> want;
   {
@@ -414,7 +416,6 @@ TEST(Remote, ACheckpointWithARemoteWorkerResumesWithLocalOnesAndTheReverse) {
     ASSERT_EQ(rest.size(), want.size() - cut);
     expect_same_batches(rest, std::vector<Value>(want.begin() + static_cast<long>(cut), want.end()), "resumed");
   }
-  unlink(token.c_str());
 }
 
 /// A throwaway CA and a certificate for the host and one for a client, made with the
@@ -437,18 +438,17 @@ std::optional<std::string> make_pki() {
 TEST(Remote, OverTlsAClientWithACertificateIsServedAndOneWithoutIsRefused) {
   const auto pki = make_pki();
   if (!pki) GTEST_SKIP() << "no /usr/bin/openssl to make a throwaway CA";
-  const std::string token = write_token("tls-test");
+  const TokenFile token("tls-test");
   const std::string& d = *pki;
   Host host(token, 3000, {"--tls-cert", d + "/host.pem", "--tls-key", d + "/host.key", "--tls-ca", d + "/ca.pem"});
   char self[4096] = {};
   ASSERT_GT(readlink("/proc/self/exe", self, sizeof self - 1), 0);
   for (const std::string mode : {"served", "refused", "served"}) {
-    const std::string cmd = "LOADER_REMOTE_TLS_CHILD=" + mode + "," + host.address() + "," + token + "," + d + " '" +
+    const std::string cmd = "LOADER_REMOTE_TLS_CHILD=" + mode + "," + host.address() + "," + token.path() + "," + d + " '" +
                             self + "' --gtest_filter=RemoteTlsChild.* >/dev/null 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << "the client in another process was not " << mode;
   }
   std::system(("rm -rf " + d).c_str());
-  unlink(token.c_str());
 }
 
 /// A network namespace with a veth pair to this one (10.201.N.1 here, .2 inside), made
@@ -496,7 +496,7 @@ class Netns {
 TEST(RemoteNetns, ALinkTakenDownLosesTheHostWithinTheTimeoutAndTheEpochGoesOn) {
   Netns ns;
   if (!ns.ok()) GTEST_SKIP() << "needs root and `ip` to make a network namespace and a veth pair";
-  const std::string token = write_token("netns-test");
+  const TokenFile token("netns-test");
   const auto want = two_local_workers(600);
   {
     Host host(token, 3000, {}, ns.there() + ":0", ns.name());
@@ -521,7 +521,6 @@ TEST(RemoteNetns, ALinkTakenDownLosesTheHostWithinTheTimeoutAndTheEpochGoesOn) {
     EXPECT_LT(after_s, 1.5 + 5.0);
     ns.link(true);
   }
-  unlink(token.c_str());
 }
 
 // Run by OverTlsAClientWithACertificateIsServedAndOneWithoutIsRefused in a process of its
