@@ -27,4 +27,8 @@ namespace loader::runtime {
 
 int serve(int argc, char** argv);
 
+/// Whether this build has TLS for worker hosts and remote workers (libcaf-openssl was
+/// found when it was built): without it --tls-* and remote_tls_* are refused.
+bool has_tls();
+
 }  // namespace loader::runtime

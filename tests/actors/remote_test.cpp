@@ -29,6 +29,7 @@
 #include "loader/dataloader.h"
 #include "loader/error.h"
 #include "loader/generator.h"
+#include "loader/serve.h"
 #include "loader/warnings.h"
 #include "process_leaks.h"
 
@@ -436,6 +437,7 @@ std::optional<std::string> make_pki() {
 }
 
 TEST(Remote, OverTlsAClientWithACertificateIsServedAndOneWithoutIsRefused) {
+  if (!runtime::has_tls()) GTEST_SKIP() << "this build has no TLS (libcaf-openssl was not found)";
   const auto pki = make_pki();
   if (!pki) GTEST_SKIP() << "no /usr/bin/openssl to make a throwaway CA";
   const TokenFile token("tls-test");

@@ -2,6 +2,9 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#ifndef LOADER_WITH_CAF_OPENSSL
+#define LOADER_WITH_CAF_OPENSSL 0
+#endif
 #if LOADER_WITH_CAF_OPENSSL
 #include <caf/openssl/manager.hpp>
 #include <caf/openssl/publish.hpp>
@@ -197,6 +200,8 @@ caf::behavior gate_behavior(caf::event_based_actor* self, std::string token, Ser
 }
 
 }  // namespace
+
+bool has_tls() { return LOADER_WITH_CAF_OPENSSL != 0; }
 
 int serve(int argc, char** argv) {
   ServeOptions o;
