@@ -183,7 +183,10 @@ TEST_P(Workers, StatsCountEachStageAndStayAfterTheEnd) {
     EXPECT_EQ(s.wait.count(), 10) << "one per batch";
     EXPECT_LE(s.wait.quantile_s(0.5), s.wait.quantile_s(0.99));
     EXPECT_LE(s.wait.quantile_s(0.99), s.wait.max_s());
-    EXPECT_NEAR(s.wait.sum_s(), s.next_s, 1e-3);
+    // The histogram holds the calls that gave a batch; next_s also the last call, which
+    // found the end (its length depends on the machine: 1.6 ms under ThreadSanitizer).
+    EXPECT_GT(s.wait.sum_s(), 0.0);
+    EXPECT_LE(s.wait.sum_s(), s.next_s + 1e-6);
     EXPECT_GE(s.in_flight_max, 1);
     EXPECT_LE(s.in_flight_max, 4) << "the credit bound";
     EXPECT_GT(s.in_flight_mean, 0.0);
