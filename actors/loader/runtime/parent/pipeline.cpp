@@ -124,15 +124,10 @@ WorkerTransport& Pipeline::start_somewhere(int worker, uint32_t gen) {
   consider(cr.remote->home());
   for (const auto& r : config_.remote) consider(r.address);
   std::string tried;
-  auto use = [&](WorkerTransport* t) {
-    const auto lock = stages_->enter();
-    workers_->set_transport(worker, t);
-    cr.current = t;
-  };
   for (const HostPort& h : hosts) {
     try {
       cr.remote->retarget(h);
-      use(cr.remote);
+      use_transport(worker, cr.remote);
       cr.remote->start(gen);
       return *cr.remote;
     } catch (const std::exception& e) {
@@ -144,7 +139,7 @@ WorkerTransport& Pipeline::start_somewhere(int worker, uint32_t gen) {
   if (local > 0) {
     try {
       if (!cr.standin) cr.standin = make_local_transport(worker, workers_->rng_slots());
-      use(cr.standin.get());
+      use_transport(worker, cr.standin.get());
       cr.standin->start(gen);
       return *cr.standin;
     } catch (const std::exception& e) {
@@ -189,6 +184,12 @@ void Pipeline::restart(int worker, uint32_t gen) {
   t->flush();  // still its owner: the new incarnation's frames go out in order
 }
 
+void Pipeline::use_transport(int worker, WorkerTransport* t) {
+  const auto lock = stages_->enter();
+  workers_->set_transport(worker, t);
+  carrier(worker).current = t;
+}
+
 void Pipeline::take_home(int worker) {
   Carrier& cr = carrier(worker);
   if (!cr.remote) return;
@@ -203,14 +204,9 @@ void Pipeline::take_home(int worker) {
   WorkerTransport* away = cr.current;
   const HostPort away_host = cr.remote->target();
   away->stop();
-  auto use = [&](WorkerTransport* t) {
-    const auto lock = stages_->enter();
-    workers_->set_transport(worker, t);
-    cr.current = t;
-  };
   try {
     cr.remote->retarget(cr.remote->home());
-    use(cr.remote);
+    use_transport(worker, cr.remote);
     cr.remote->start(next);
   } catch (const std::exception& e) {
     const std::string where = away == cr.remote ? "the worker host " + away_host.text() : "its stand-in process here";
@@ -218,7 +214,7 @@ void Pipeline::take_home(int worker) {
          " still cannot take it (" + e.what() + "); it stays with " + where + " for this epoch");
     try {
       cr.remote->retarget(away_host);
-      use(away);
+      use_transport(worker, away);
       away->start(next);
     } catch (const std::exception& again) {
       const auto lock = stages_->enter();
@@ -475,7 +471,8 @@ size_t Pipeline::drain_rings_locked(bool& flush_needed, int only) {
   }
   if (taken > 0) {
     run_stages_locked();  // link -> reorder -> pin
-    if (!flush_needed && !workers_->dirty().empty()) flush_needed = true;
+    for (int w = 0; w < num_workers() && !flush_needed; ++w)
+      if (carrier(w).current->dirty()) flush_needed = true;
   }
   return taken;
 }

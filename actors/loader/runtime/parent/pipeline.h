@@ -262,6 +262,9 @@ class Pipeline final : public LinkEvents,
   /// order).  REQUIRES: its owner lock held, begin_incarnation done.  Returns the
   /// transport it started on; throws RuntimeError saying why when none could.
   WorkerTransport& start_somewhere(int worker, uint32_t gen);
+  /// Worker `worker`'s next incarnation goes through `t` (WorkerSlots::set_transport and
+  /// the carrier's current one, on the strand).  REQUIRES: its owner lock held.
+  void use_transport(int worker, WorkerTransport* t);
   /// A remote slot away from its host (moved after a loss) tries its host again as an
   /// epoch begins; if the host cannot take it, it stays where it is (a warning says so).
   void take_home(int worker);

@@ -107,10 +107,7 @@ void ShmTransport::reset(uint32_t gen) {
 
 void ShmTransport::prepare(std::string init) {
   // First frames of every incarnation: the RNG state page, the rings, then the configuration.
-  if (!state_page_) {
-    state_page_ = ShmSegment::create(RngStatePage::bytes_for(rng_slots_));
-    RngStatePage::format(state_page_->data(), rng_slots_);
-  }
+  make_state_page();
   queue(FrameType::StatePage, StatePageFrame{state_page_->size()}.encode(), state_page_);
   RingsFrame rings;
   rings.capacity = rings_.layout().capacity;
@@ -119,6 +116,12 @@ void ShmTransport::prepare(std::string init) {
   rings.generation = gen_;
   queue(FrameType::Rings, rings.encode(), rings_.segment());
   queue(FrameType::Init, std::move(init));
+}
+
+void ShmTransport::make_state_page() {
+  if (state_page_) return;
+  state_page_ = ShmSegment::create(RngStatePage::bytes_for(rng_slots_));
+  RngStatePage::format(state_page_->data(), rng_slots_);
 }
 
 void ShmTransport::queue(FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner) {
@@ -197,10 +200,7 @@ std::optional<std::pair<uint64_t, std::string>> ShmTransport::last_state() const
 }
 
 void ShmTransport::carry_state(uint64_t task, const std::string& state) {
-  if (!state_page_) {
-    state_page_ = ShmSegment::create(RngStatePage::bytes_for(rng_slots_));
-    RngStatePage::format(state_page_->data(), rng_slots_);
-  }
+  make_state_page();
   RngStatePage(state_page_->data(), state_page_->size()).write(task, RngStatePage::After, state);
 }
 

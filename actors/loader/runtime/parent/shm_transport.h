@@ -68,6 +68,8 @@ class ShmTransport final : public WorkerTransport {
   };
   /// Strand: queues a socket frame.
   void queue(FrameType type, std::string body, std::shared_ptr<ShmSegment> fd_owner = nullptr);
+  /// Strand: the state page, made on first need (kept across incarnations).
+  void make_state_page();
   /// Strand: AddSlab for `slab` unless the incarnation has it, DropSlab for slabs gone.
   void announce(uint64_t slab);
 
