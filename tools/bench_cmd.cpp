@@ -228,6 +228,10 @@ struct BenchOptions {
   std::string workload;
   std::string variant;  // "": the workload's default
   int64_t workers = 0;
+  std::string workers_text = "0";  // --workers N or auto
+  bool auto_workers = false;        // --workers auto: num_workers = kAutoWorkers
+  int64_t max_workers = 0;          // --max-workers (auto; 0: the CPUs this process may use)
+  std::optional<int64_t> min_workers;  // --min-workers (auto; default 0)
   std::optional<int64_t> epochs, n, batch_size, prefetch_factor;  // defaults by workload and --quick
   bool persistent = false, pin_memory = false, in_order = false, no_in_order = false;
   bool quick = false, verify = false, checkpoint = false;
@@ -564,7 +568,22 @@ std::string w5_generated_folder(int64_t n, uint64_t seed = 0) {
 }
 
 // ------------------------------------------------------------------ workloads
-int run_bench(const BenchOptions& o) {
+int run_bench(const BenchOptions& given) {
+  BenchOptions o = given;
+  if (o.workers_text == "auto") {
+    o.auto_workers = true;
+    if (o.max_workers < 0) throw UsageError("--max-workers must be >= 0 (0: the CPUs this process may use)");
+    o.workers = o.max_workers > 0 ? o.max_workers : usable_cpus();  // the pool's slots
+  } else {
+    try {
+      size_t used = 0;
+      o.workers = std::stoll(o.workers_text, &used);
+      if (used != o.workers_text.size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      throw UsageError("--workers must be a number or auto, got '" + o.workers_text + "'");
+    }
+    if (o.max_workers != 0 || o.min_workers) throw UsageError("--max-workers and --min-workers go with --workers auto");
+  }
   if (o.memcpy) return run_memcpy(o);
   if (o.workload.empty()) throw UsageError("--workload is required (or --memcpy)");
   const bench::WorkloadInfo* found = nullptr;
@@ -629,7 +648,8 @@ int run_bench(const BenchOptions& o) {
 
   bench::ProcessTreeSampler mem;  // the system-wide baseline is taken here, before the dataset
   mem.start();
-  const std::string tag = std::string(wl.name) + "/" + variant + "/w" + std::to_string(workers) +
+  const std::string tag = std::string(wl.name) + "/" + variant + "/w" +
+                          (o.auto_workers ? "auto" + std::to_string(workers) : std::to_string(workers)) +
                           (persistent ? "/persistent" : "") + (o.sampler != "random" ? "/" + o.sampler : "") +
                           (seeding != (w5 ? "per-task" : "per-worker") ? "/" + seeding : "") +
                           (o.decode_scaling ? "/decode-scaling" : "");
@@ -673,6 +693,11 @@ int run_bench(const BenchOptions& o) {
     else opts.shuffle = true;
   }
   opts.num_workers = static_cast<int>(o.workers);
+  if (o.auto_workers) {
+    opts.num_workers = kAutoWorkers;
+    opts.autotune.max_workers = static_cast<int>(o.workers);
+    if (o.min_workers) opts.autotune.min_workers = static_cast<int>(*o.min_workers);
+  }
   opts.remote_workers = o.remote;
   opts.remote_token_file = o.token_file;
   opts.remote_timeout_ms = o.remote_timeout_ms;
@@ -748,7 +773,14 @@ int run_bench(const BenchOptions& o) {
     Json j;
     j["workload"] = wl.name;
     j["variant"] = variant;
-    j["workers"] = workers;
+    if (o.auto_workers) {
+      j["workers"] = "auto";
+      j["max_workers"] = workers;
+      j["workers_now"] = stages.workers_now;
+      j["autotune"] = Json::parse(stages.to_json())["autotune"];
+    } else {
+      j["workers"] = workers;
+    }
     j["epoch"] = e;
     j["samples"] = samples;
     j["batches"] = batches;
@@ -809,7 +841,7 @@ int run_bench(const BenchOptions& o) {
     j["n"] = n;
     j["batch_size"] = b;
     if (!wl.iterable) j["sampler"] = o.sampler;
-    j["prefetch_factor"] = workers > 0 ? opts.effective_prefetch_factor() : 0;
+    j["prefetch_factor"] = o.auto_workers ? stages.prefetch_now : workers > 0 ? opts.effective_prefetch_factor() : 0;
     j["persistent"] = persistent;
     j["in_order"] = opts.in_order;
     j["pin_memory"] = pin;
@@ -867,7 +899,7 @@ int run_bench(const BenchOptions& o) {
   if (o.checkpoint && status == 0) {
     auto make = [&](int num_workers) {
       DataLoaderOptions with = opts;
-      with.num_workers = num_workers;
+      with.num_workers = o.auto_workers && num_workers == workers ? kAutoWorkers : num_workers;
       if (num_workers == 0) {  // refused without workers
         with.prefetch_factor.reset();
         with.persistent_workers = false;
@@ -892,7 +924,13 @@ void add_bench_command(CLI::App& app) {
   auto* workload = cmd->add_option("--workload", o->workload, "W1, W2, W3, W4 or W5");
   cmd->add_option("--variant", o->variant, "tensor or gen (W1-W3; default tensor), gen or batched (W4; default gen), "
                                            "train or eval (W5's transform; default train)");
-  cmd->add_option("--workers", o->workers, "num_workers (default 0)")->check(kInt64);
+  cmd->add_option("--workers", o->workers_text,
+                  "num_workers (default 0), or auto: tuned while it runs (DataLoaderOptions::autotune)");
+  cmd->add_option("--max-workers", o->max_workers, "--workers auto: the most workers (default: the CPUs)")
+      ->check(kInt64);
+  cmd->add_option("--min-workers", o->min_workers, "--workers auto: the fewest (default 0: an epoch may load in "
+                                                   "the main process)")
+      ->check(kInt64);
   cmd->add_option("--epochs", o->epochs, "epochs (default 3, --quick 2)")->check(kInt64);
   cmd->add_option("--n", o->n, "dataset length (default: the workload's)")->check(kInt64);
   cmd->add_option("--batch-size", o->batch_size, "batch size (default: the workload's)")->check(kInt64);

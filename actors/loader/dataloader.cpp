@@ -11,6 +11,7 @@
 #include "loader/fetch.h"
 #include "loader/runtime/checkpoint.h"
 #include "loader/runtime/epoch.h"
+#include "loader/runtime/parent/autotuner.h"
 #include "loader/samplers.h"
 #include "loader/warnings.h"
 
@@ -197,9 +198,14 @@ std::unique_ptr<EpochBackend> make_single_process_epoch(LoaderState& state, std:
 
 // ------------------------------------------------------------------ DataLoader
 static std::shared_ptr<LoaderState> make_state(DataLoaderOptions options, bool iterable) {
+  const bool auto_workers = resolve_auto_workers(options);  // num_workers = auto: its slots from here on
   validate_options(options, iterable);
   auto s = std::make_shared<LoaderState>();
   s->options = std::move(options);
+  if (auto_workers) {
+    s->auto_workers = true;
+    s->epoch_mode = std::make_shared<runtime::EpochMode>(!iterable && s->options.autotune.min_workers == 0);
+  }
   s->auto_collation = s->options.batch_sampler || s->options.batch_size.has_value();
   if (!s->options.pin_memory_device.empty()) {
     if (!s->options.pin_memory) {
@@ -442,8 +448,23 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
     }
   }
   const uint64_t passed = main_stream || !resume.streams.empty() ? plan->consumed : 0;  // by the streams themselves
+  // num_workers = auto: a map-style epoch may load in this thread when that costs less
+  // per batch (a resumed epoch goes to the pool: the checkpoint's worker states are its).
+  start.autotuned = s.auto_workers;
+  if (s.auto_workers && s.dataset && !(plan && !plan->finished)) {
+    std::string why;
+    start.inline_auto = s.epoch_mode->next_inline(&why);
+    const int pool_now = s.tuned_workers > 0 ? s.tuned_workers : s.options.pool_workers();
+    const int prefetch_now = s.tuned_prefetch > 0 ? s.tuned_prefetch : s.options.effective_prefetch_factor();
+    const bool was_inline = !s.epoch_stats.empty() && s.epoch_stats.back().autotuned &&
+                            s.epoch_stats.back().workers_now == 0;
+    if (start.inline_auto != was_inline && !why.empty())
+      start.mode_decision = EpochStats::TuneDecision{0.0, was_inline ? 0 : pool_now, start.inline_auto ? 0 : pool_now,
+                                                     was_inline ? 0 : prefetch_now,
+                                                     start.inline_auto ? 0 : prefetch_now, "between epochs: " + why};
+  }
   std::unique_ptr<EpochBackend> backend;
-  if (s.options.pool_workers() == 0)
+  if (s.options.pool_workers() == 0 || start.inline_auto)
     backend = make_single_process_epoch(s, std::move(source), base_seed, start.consumed, std::move(main_stream));
   else backend = runtime::make_multi_process_epoch(state_, base_seed, std::move(source), std::move(resume));
   Iterator it(std::move(backend), state_, std::move(start));
@@ -645,6 +666,14 @@ void DataLoader::Iterator::keep_stats() noexcept {
   rec_.kept = true;
   try {
     state_->epoch_stats.push_back(stats());
+    if (state_->epoch_mode) {
+      // What a batch cost this epoch, for the next one's choice of the pool or this thread.
+      const EpochStats& e = state_->epoch_stats.back();
+      double busy = 0;
+      for (const auto& w : e.workers) busy += w.busy_s;
+      state_->epoch_mode->ended(start_.inline_auto, static_cast<uint64_t>(e.batches), e.wall_s - e.first_batch_s,
+                                busy, std::max(0.0, e.wall_s - e.next_s), e.sampler_s);
+    }
   } catch (...) {
     // out of memory: the loader's history misses this epoch
   }
@@ -867,6 +896,11 @@ EpochStats DataLoader::Iterator::stats() const {
                    ? rec_.ended_wall_s
                    : std::chrono::duration<double>(std::chrono::steady_clock::now() - start_.began).count();
   out.previous_minor_faults = rec_.previous_faults;
+  if (start_.autotuned) {
+    out.autotuned = true;
+    if (start_.inline_auto) out.workers_now = out.prefetch_now = 0;
+    if (start_.mode_decision) out.autotune.insert(out.autotune.begin(), *start_.mode_decision);
+  }
   return out;
 }
 

@@ -130,6 +130,11 @@ class DataLoader {
       /// The pass is an elastic checkpoint's stripe (not the sampler's own): its position
       /// is not one a checkpoint can describe until it ends.
       bool elastic = false;
+      /// num_workers = auto: the loader tunes itself; this epoch loads in the
+      /// application's thread (0 workers) or with the pool, as decided when it began.
+      bool autotuned = false;
+      bool inline_auto = false;
+      std::optional<EpochStats::TuneDecision> mode_decision;
     };
     Iterator(std::unique_ptr<EpochBackend> backend, std::shared_ptr<LoaderState> state, Start start);
     /// Where the epoch stands (a checkpoint without its streams_now).

@@ -1,5 +1,8 @@
 #include "loader/dataloader_options.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <string>
@@ -26,7 +29,40 @@ const char* worker_seeding_name(WorkerSeeding s) {
   return s == WorkerSeeding::PerTask ? "per-task" : "per-worker";
 }
 
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+bool resolve_auto_workers(DataLoaderOptions& o) {
+  if (o.num_workers != kAutoWorkers) return false;
+  AutotuneOptions& a = o.autotune;
+  if (a.max_workers < 0 || a.min_workers < 0)
+    throw ValueError("autotune: min_workers and max_workers must be non-negative, got min_workers=" +
+                     std::to_string(a.min_workers) + ", max_workers=" + std::to_string(a.max_workers));
+  if (a.max_workers == 0) a.max_workers = usable_cpus();
+  if (a.min_workers > a.max_workers)
+    throw ValueError("autotune: min_workers=" + std::to_string(a.min_workers) + " is above max_workers=" +
+                     std::to_string(a.max_workers) + " (0: the CPUs this process may use); lower min_workers or raise max_workers");
+  if (a.max_prefetch_factor < 1)
+    throw ValueError("autotune: max_prefetch_factor must be at least 1, got " + std::to_string(a.max_prefetch_factor));
+  if (a.max_prefetch_factor > 64) a.max_prefetch_factor = 64;
+  if (!o.remote_workers.empty())
+    throw ValueError("num_workers=auto tunes local worker processes; it cannot be combined with remote_workers "
+                     "(give num_workers a number)");
+  if (o.worker_mode == WorkerMode::InProcess)
+    throw ValueError("num_workers=auto tunes worker processes; worker_mode=InProcess is for debugging a fixed pool "
+                     "(give num_workers a number)");
+  o.num_workers = a.max_workers;
+  if (o.prefetch_factor && *o.prefetch_factor > a.max_prefetch_factor) a.max_prefetch_factor = *o.prefetch_factor;
+  return true;
+}
+
 void validate_options(const DataLoaderOptions& o, bool iterable) {
+  if (o.num_workers == kAutoWorkers)
+    throw ValueError("internal: num_workers=auto reached validate_options unresolved (resolve_auto_workers first)");
   if (o.num_workers < 0)
     throw ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.");
   if (o.timeout < 0) throw ValueError("timeout option should be non-negative");

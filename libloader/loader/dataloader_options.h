@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -42,6 +43,36 @@ enum class WorkerSeeding { PerWorker, PerTask };
 /// "per-worker" / "per-task" (checkpoints, messages).
 const char* worker_seeding_name(WorkerSeeding s);
 
+/// DataLoaderOptions::num_workers = kAutoWorkers: the loader picks the number of worker
+/// processes and the prefetch depth itself, while it runs (AutotuneOptions).  Not -1:
+/// PyTorch's num_workers=-1 is a ValueError, and stays one.
+inline constexpr int kAutoWorkers = std::numeric_limits<int>::min();
+
+/// How num_workers = kAutoWorkers tunes the pool (docs/autotune.md).  From the stage
+/// figures (EpochStats), every 100 ms on the pool actor's clock, it starts and retires
+/// worker processes between min_workers (at least 1 in an epoch) and max_workers and,
+/// with tune_prefetch, raises or lowers the prefetch depth; also in the middle of an
+/// epoch.  Between epochs of a map-style dataset it may load in this process instead
+/// (0 workers) when that measured or is estimated cheaper, if min_workers is 0.  The
+/// batches do not change: the sampler's index batches are those of a fixed-worker run,
+/// and with WorkerSeeding::PerTask their bytes too.  An IterableDataset keeps all
+/// max_workers workers (each one's shard is its stream); only its prefetch is tuned.
+/// Each decision (time, from, to, reason) is in EpochStats::autotune.
+struct AutotuneOptions {
+  /// Fewest workers; 0 lets whole epochs run in this process.  Default 0.
+  int min_workers = 0;
+  /// Most workers; 0 (default): the CPUs this process may use (sched_getaffinity).
+  int max_workers = 0;
+  /// Shared memory for batches in flight plus the workers' resident memory, in bytes:
+  /// no worker is started and no prefetch raised beyond it.  0 (default): no budget
+  /// (shm_limit_bytes and /dev/shm still bound the slabs).
+  uint64_t memory_budget_bytes = 0;
+  /// Tune prefetch_factor too (between 1 and max_prefetch_factor).  Default true.
+  bool tune_prefetch = true;
+  /// Highest prefetch_factor the tuner sets.  Default 8.
+  int max_prefetch_factor = 8;
+};
+
 struct DataLoaderOptions {
   /// Samples per batch. nullopt disables automatic batching: the loader yields
   /// single samples (passed through collate_fn / default_convert).  Default 1.
@@ -61,8 +92,12 @@ struct DataLoaderOptions {
 
   /// Worker processes.  0 loads in the calling thread.  Each worker is a child
   /// process (fork+exec of this program) that rebuilds the dataset from its handle;
-  /// more workers use more cores and memory.  Default 0.
+  /// more workers use more cores and memory.  Default 0.  kAutoWorkers: tuned while
+  /// the loader runs (`autotune`); the loader's options() then say max_workers, the
+  /// pool's worker slots (get_worker_info().num_workers).
   int num_workers = 0;
+  /// Used with num_workers = kAutoWorkers.
+  AutotuneOptions autotune;
 
   /// Turns samples into a batch.  Default: default_collate.  A function object runs
   /// only in this process; with num_workers > 0 register the function by name
@@ -177,6 +212,14 @@ struct DataLoaderOptions {
 /// throwing ValueError/TypeError with PyTorch's messages.  `iterable` says whether
 /// the dataset is an IterableDataset.
 void validate_options(const DataLoaderOptions& options, bool iterable);
+
+/// num_workers = kAutoWorkers: checks `autotune`, fills max_workers (0: usable_cpus())
+/// and sets num_workers to it (the pool's slots).  Returns false, changing nothing, for
+/// any other num_workers.  Throws ValueError naming what is wrong.
+bool resolve_auto_workers(DataLoaderOptions& options);
+
+/// The CPUs this process may run on (sched_getaffinity), at least 1.
+int usable_cpus();
 
 /// The device index of a pin_memory_device ("cuda": nullopt, "cuda:N": N); throws
 /// ValueError naming the value for anything else.

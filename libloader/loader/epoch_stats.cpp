@@ -79,6 +79,10 @@ void EpochStats::add(const EpochStats& o) {
   slab_grown += o.slab_grown;
   inline_batches += o.inline_batches;
   restarts = std::max(restarts, o.restarts);  // restarts used: a count the pool keeps
+  autotuned = autotuned || o.autotuned;
+  autotune.insert(autotune.end(), o.autotune.begin(), o.autotune.end());
+  workers_now = o.workers_now;
+  prefetch_now = o.prefetch_now;
   previous_minor_faults = -1;
   if (workers.size() < o.workers.size()) workers.resize(o.workers.size());
   for (size_t k = 0; k < o.workers.size(); ++k) {
@@ -106,7 +110,10 @@ double EpochStats::busy_share() const {
   for (const auto& w : workers) busy += w.busy_s;
   // After the first batch: a fresh worker's start is the start-up's, not idle time.
   const double span = std::max(wall_s - first_batch_s, 0.5 * wall_s);
-  return busy / (span * static_cast<double>(workers.size()));
+  // Slots the autotuner kept parked all epoch did not work: they do not count.
+  size_t n = 0;
+  for (const auto& w : workers) n += w.state != "parked" || w.tasks > 0 ? 1 : 0;
+  return busy / (span * static_cast<double>(std::max<size_t>(1, n)));
 }
 
 int64_t EpochStats::minor_faults() const {
@@ -133,7 +140,7 @@ std::string fixed(double v, int digits) {
 
 std::string EpochStats::diagnosis() const {
   if (batches == 0 || wall_s <= 0) return "no batches yet";
-  const int n = static_cast<int>(workers.size());
+  const int n = autotuned ? workers_now : static_cast<int>(workers.size());
   const double waited = next_s / wall_s;
   const double busy = busy_share();
   // What bounds the epoch once batches flow.
@@ -289,6 +296,25 @@ std::string EpochStats::to_json() const {
     x.close();
   }
   out += ']';
+  if (autotuned) {
+    o.num("workers_now", workers_now);
+    o.num("prefetch_now", prefetch_now);
+    o.key("autotune");
+    out += '[';
+    for (size_t k = 0; k < autotune.size(); ++k) {
+      const TuneDecision& d = autotune[k];
+      if (k) out += ',';
+      Obj x(out);
+      x.num("t_s", d.t_s);
+      x.num("from_workers", d.from_workers);
+      x.num("to_workers", d.to_workers);
+      x.num("from_prefetch", d.from_prefetch);
+      x.num("to_prefetch", d.to_prefetch);
+      x.str("reason", d.reason);
+      x.close();
+    }
+    out += ']';
+  }
   o.str("diagnosis", diagnosis());
   o.close();
   return out;

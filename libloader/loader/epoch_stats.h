@@ -141,8 +141,26 @@ struct EpochStats {
     double cpu_system_s = 0;
     int64_t minor_faults = 0;
   };
-  /// One per worker (empty with num_workers = 0).
+  /// One per worker (empty with num_workers = 0).  With num_workers = auto, one per
+  /// worker slot (max_workers); a retired slot's state is "parked".
   std::vector<Worker> workers;
+
+  /// num_workers = auto (DataLoaderOptions::autotune): the tuner's decisions in this
+  /// epoch, in order: `t_s` seconds after iter() (0: made as the epoch began, between
+  /// epochs), the workers and prefetch_factor before and after (to_workers 0: this epoch
+  /// loads in the application's thread), and why, with the figures it measured.
+  struct TuneDecision {
+    double t_s = 0;
+    int from_workers = 0, to_workers = 0;
+    int from_prefetch = 0, to_prefetch = 0;
+    std::string reason;
+  };
+  std::vector<TuneDecision> autotune;
+  /// The loader tunes itself (num_workers = auto); then the workers running and the
+  /// prefetch depth now (0 workers: this epoch loads in the application's thread).
+  bool autotuned = false;
+  int workers_now = 0;
+  int prefetch_now = 0;
 
   /// Adds `o` to these figures (totals over epochs): counts, times and histograms
   /// summed, maxima kept, means weighted by wall time, workers added by index.
@@ -182,7 +200,9 @@ struct EpochStats {
   int64_t minor_faults() const;
 
   /// A JSON object: every figure above (wait as wait_p50_s, wait_p90_s, wait_p99_s,
-  /// wait_max_s, wait_mean_s), workers as a list, and "diagnosis".
+  /// wait_max_s, wait_mean_s), workers as a list, and "diagnosis"; with num_workers =
+  /// auto also "workers_now", "prefetch_now" and "autotune" (a list of {t_s,
+  /// from_workers, to_workers, from_prefetch, to_prefetch, reason}).
   std::string to_json() const;
 };
 

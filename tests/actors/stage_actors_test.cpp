@@ -72,6 +72,9 @@ sampler_actor::behavior_type recording_sampler(sampler_actor::pointer, Recorded*
       },
       [out](retire_atom, int32_t w) { out->events.push_back("retire " + std::to_string(w)); },
       [out](dispatch_atom, int32_t m) { out->events.push_back("dispatch " + std::to_string(m)); },
+      [out](tune_atom, int32_t w, bool on, uint64_t max) {
+        out->events.push_back("tune " + std::to_string(w) + (on ? " on " : " off ") + std::to_string(max));
+      },
   };
 }
 

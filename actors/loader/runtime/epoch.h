@@ -20,6 +20,7 @@ namespace loader {
 namespace runtime {
 class WorkerPool;
 class SlabStore;
+class EpochMode;
 }
 
 /// How one stream of an IterableDataset began (its state hooks, IterableDataset::state):
@@ -192,6 +193,14 @@ class LoaderState {
   /// The figures of the loader's epochs so far (DataLoader::stats()): each iterator adds
   /// its epoch as it ends, or as it goes having given batches.
   std::vector<EpochStats> epoch_stats;
+  /// num_workers = auto (options.autotune resolved: options.num_workers is its
+  /// max_workers, the pool's slots): the setting the loader's last pool had (its next
+  /// pool starts with it; 0: none yet), and the choice between the pool and this thread
+  /// for each epoch (runtime/parent/autotuner.h; application thread).
+  bool auto_workers = false;
+  int tuned_workers = 0;
+  int tuned_prefetch = 0;
+  std::shared_ptr<runtime::EpochMode> epoch_mode;
   /// The collate function to use in this process.
   CollateFn collate() const;
   Generator& generator() const;

@@ -231,6 +231,9 @@ using retire_atom = caf::atom_constant<caf::atom("retire")>;
 /// Pipeline -> sampler: send up to `max` tasks (-1: as many as credits allow); an
 /// epoch's first tasks go out one at a time, each written to its worker at once.
 using dispatch_atom = caf::atom_constant<caf::atom("dispatch")>;
+/// Pipeline (the autotuner) -> sampler: worker `worker` gets tasks (`active`) or no more
+/// (-1: none changes), and at most `max_in_flight` tasks are out from now on.
+using tune_atom = caf::atom_constant<caf::atom("tune")>;
 /// link k -> reorder: task `task` produced nothing (an iterable ran dry); the order
 /// moves past it.
 using skip_atom = caf::atom_constant<caf::atom("skip")>;
@@ -241,7 +244,8 @@ using sampler_actor = caf::typed_actor<
     caf::reacts_to<credit_atom, int32_t /*worker*/, uint64_t /*task*/>,
     caf::reacts_to<dry_atom, int32_t /*worker*/, uint64_t /*task*/>,
     caf::reacts_to<retire_atom, int32_t /*worker*/>,
-    caf::reacts_to<dispatch_atom, int32_t /*max*/>>;
+    caf::reacts_to<dispatch_atom, int32_t /*max*/>,
+    caf::reacts_to<tune_atom, int32_t /*worker*/, bool /*active*/, uint64_t /*max_in_flight*/>>;
 
 /// The reorder stage: results leave in task order (in_order) or as they come.
 using reorder_actor = caf::typed_actor<caf::reacts_to<result_msg>, caf::reacts_to<skip_atom, uint64_t /*task*/>>;
@@ -261,14 +265,22 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
 /// pool actor -> itself, every 250 ms: the watchdog clock.
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
+/// pool actor -> itself, every 100 ms with num_workers = auto: the autotuner's clock.
+using autotune_atom = caf::atom_constant<caf::atom("autotune")>;
+/// pool actor (the autotuner) -> slot actor k: retire worker k (it holds no task and
+/// gets none: its process is told to exit and reaped), or start it again.
+using park_atom = caf::atom_constant<caf::atom("park")>;
+using unpark_atom = caf::atom_constant<caf::atom("unpark")>;
 
 /// The actor of one worker slot in the main process.
 using slot_actor = caf::typed_actor<
     caf::reacts_to<down_atom, uint32_t /*generation*/>,
     caf::reacts_to<flush_atom>,
-    caf::reacts_to<watch_atom, int64_t /*tick, ms*/>>;
+    caf::reacts_to<watch_atom, int64_t /*tick, ms*/>,
+    caf::reacts_to<park_atom>,
+    caf::reacts_to<unpark_atom>>;
 
 /// The actor of one worker pool.
-using pool_actor = caf::typed_actor<caf::reacts_to<tick_atom>>;
+using pool_actor = caf::typed_actor<caf::reacts_to<tick_atom>, caf::reacts_to<autotune_atom>>;
 
 }  // namespace loader::runtime

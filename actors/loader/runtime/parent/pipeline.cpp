@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+
+#include <unistd.h>
 
 #include "loader/error.h"
 #include "loader/runtime/frames.h"
@@ -30,8 +33,18 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
                    " workers (" + std::to_string(2 * RingLayout::kDefaultCapacity / 1024) +
                    " KiB of shared memory each): " + e.what() + "; free space in /dev/shm or use fewer workers");
   }
-  // Before-records per state page: more than the tasks that can be in flight, at most 1024.
-  const uint64_t rng_slots = std::min<uint64_t>(static_cast<uint64_t>(config_.prefetch_factor) * n + 1, 1024);
+  // Before-records per state page: more than the tasks that can be in flight (with the
+  // autotuner, at its deepest prefetch), at most 1024.
+  const int deepest = config_.autotune ? std::max(config_.prefetch_factor, config_.autotune->limits.max_prefetch)
+                                       : config_.prefetch_factor;
+  const uint64_t rng_slots = std::min<uint64_t>(static_cast<uint64_t>(deepest) * n + 1, 1024);
+  if (config_.autotune) {
+    const int now = std::clamp(config_.autotune->workers_now, 1, std::max(1, n));
+    wanted_.assign(static_cast<size_t>(n), 0);
+    for (int w = 0; w < now; ++w) wanted_[static_cast<size_t>(w)] = 1;
+    prefetch_now_ = std::max(1, config_.autotune->prefetch_now);
+    tuner_ = std::make_unique<WorkerTuner>(config_.autotune->limits);
+  }
   std::vector<WorkerTransport*> transports;
   const int local = n - static_cast<int>(config_.remote.size());
   if (local < 0) throw RuntimeError("internal: more remote workers than workers");
@@ -84,6 +97,10 @@ void Pipeline::start_workers() {
     {
       const auto lock = stages_->enter();
       if (closed_) return;
+      if (!wanted_.empty() && !wanted_[static_cast<size_t>(w)]) {  // the autotuner starts it when needed
+        workers_->park(w);
+        continue;
+      }
       gen = workers_->begin_incarnation(w);
     }
     try {
@@ -293,7 +310,7 @@ bool Pipeline::healthy() const {
 bool Pipeline::healthy_locked() const {
   if (closed_) return false;
   for (int w = 0; w < num_workers(); ++w)
-    if (!workers_->accepting(w)) return false;
+    if (!workers_->accepting(w) && !workers_->parked(w)) return false;
   return true;
 }
 
@@ -342,16 +359,27 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     next_task_ = next_first_task_locked();
     const uint64_t first_task = next_task_;
     first_task_ = first_task;
-    sampling.begin(std::move(source), iterable_,
-                   TaskDispatcher(num_workers(), config_.prefetch_factor, first_task, config_.in_order,
-                                  resume.first_worker >= 0
-                                      ? resume.first_worker
-                                      : static_cast<int>(resume.consumed % static_cast<uint64_t>(num_workers()))));
+    TaskDispatcher dispatcher(num_workers(), config_.prefetch_factor, first_task, config_.in_order,
+                              resume.first_worker >= 0
+                                  ? resume.first_worker
+                                  : static_cast<int>(resume.consumed % static_cast<uint64_t>(num_workers())));
+    if (!wanted_.empty()) {
+      // The autotuner's setting: its workers (a retired one still finishing gets nothing),
+      // prefetch x workers tasks out.
+      for (int w = 0; w < num_workers(); ++w)
+        if (!wanted_[static_cast<size_t>(w)] || !workers_->accepting(w)) dispatcher.deactivate(w);
+      dispatcher.set_max_in_flight(tuned_max_in_flight_locked());
+    }
+    sampling.begin(std::move(source), iterable_, std::move(dispatcher));
     stages_->reordering().reset(first_task, config_.in_order);
     stages_->handoff().restart(first_task);
     fatal_.reset();
     stopped_ = false;
     waits_ = 0;
+    handed_ = 0;
+    wait_ns_ = 0;
+    epoch_began_ = std::chrono::steady_clock::now();
+    decisions_.clear();
     occupancy_.start(std::chrono::steady_clock::now());
     slabs_->new_window();
     slab_grown_at_begin_ = slabs_->stats().grown;
@@ -370,6 +398,7 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
         if (!fatal_) set_fatal_locked(workers_->fatal_type(w), workers_->fatal_message(w), w);
         continue;
       }
+      if (workers_->parked(w)) continue;  // its next incarnation gets the task seeds at attach
       // A resumed stream (state hooks) begins with its checkpoint's state instead.
       if (static_cast<size_t>(w) < resume.streams.size())
         workers_->send(w, FrameType::ResumeStream, encode_stream_resume(resume.streams[static_cast<size_t>(w)]));
@@ -496,6 +525,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
   };
   bool flush_needed = false;
   bool waited = false;  // this call counted in waits_
+  std::chrono::steady_clock::time_point wait_began;  // ... since then (the autotuner's wait_ns_)
   while (true) {
     const uint32_t seen = rings_->doorbell().seq.load(std::memory_order_acquire);  // before the look
     // The rings are taken when the handoff has nothing left: then every result the
@@ -522,6 +552,10 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
         d.pinned = handed->pinned;
         if (d.worker >= 0 && d.worker < num_workers()) workers_->delivered(d.worker);
       }
+      ++handed_;
+      if (waited)
+        wait_ns_ += static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wait_began).count());
       // Its credit goes back to the sampler, whose next task goes out at once.
       stages_->send(stages_->sampler(), credit_atom::value, static_cast<int32_t>(d.worker), d.task);
       run_stages_locked();
@@ -542,6 +576,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
     if (!waited) {
       waited = true;
       ++waits_;
+      wait_began = std::chrono::steady_clock::now();
     }
     if (stages_->sampling().active() && !closed_ &&
         workers_->send_starved_inline(stages_->reordering().in_order(), stages_->reordering().next_expected())) {
@@ -627,6 +662,12 @@ void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
   out.slab_bytes_in_use = static_cast<int64_t>(slabs.in_use);
   out.slab_bytes_peak = static_cast<int64_t>(slabs.peak);
   out.slab_grown = static_cast<int64_t>(slabs.grown - std::min(slabs.grown, slab_grown_at_begin_));
+  if (config_.autotune) {
+    out.autotuned = true;
+    out.autotune = decisions_;
+    out.workers_now = wanted_count_locked();
+    out.prefetch_now = prefetch_now_;
+  }
   out.workers.clear();
   out.inline_batches = out.restarts = 0;
   for (int k = 0; k < num_workers(); ++k) {
@@ -689,6 +730,162 @@ void Pipeline::shutdown() {
   for (int w = 0; w < num_workers(); ++w) workers_->release_all(w);
   stages_->sampling().halt();
   release_undelivered_locked();
+}
+
+// ------------------------------------------------------------------ num_workers = auto
+
+int Pipeline::wanted_count_locked() const {
+  int n = 0;
+  for (char w : wanted_) n += w ? 1 : 0;
+  return n;
+}
+
+uint64_t Pipeline::tuned_max_in_flight_locked() const {
+  return static_cast<uint64_t>(std::max(1, prefetch_now_)) * static_cast<uint64_t>(std::max(1, wanted_count_locked()));
+}
+
+std::pair<int, int> Pipeline::tuned() const {
+  const auto lock = stages_->enter();
+  if (wanted_.empty()) return {num_workers(), config_.prefetch_factor};
+  return {wanted_count_locked(), prefetch_now_};
+}
+
+namespace {
+/// Resident memory of process `pid` (/proc/<pid>/statm), 0 when it cannot be read.
+uint64_t rss_bytes(int pid) {
+  if (pid <= 0) return 0;
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/statm").c_str(), "re");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+}  // namespace
+
+std::vector<std::pair<int, bool>> Pipeline::tune() {
+  std::vector<std::pair<int, bool>> acts;
+  if (!tuner_) return acts;
+  TuneSample s;
+  std::vector<int> live;
+  {
+    const auto lock = stages_->enter();
+    if (closed_) return acts;
+    // Retired workers that finished their last task: their processes go.
+    for (int w = 0; w < num_workers(); ++w)
+      if (!wanted_[static_cast<size_t>(w)] && workers_->accepting(w) && workers_->held(w) == 0) acts.emplace_back(w, false);
+    if (epoch_ == 0 || fatal_ || !stages_->sampling().active()) return acts;
+    if (tuned_epoch_ != epoch_) {
+      tuner_->begin_epoch();
+      tuned_epoch_ = epoch_;
+    }
+    const TaskDispatcher& d = stages_->sampling().dispatcher();
+    s.t_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_began_).count();
+    s.batches = handed_;
+    s.wait_s = static_cast<double>(wait_ns_) * 1e-9;
+    s.busy_s = static_cast<double>(workers_->busy_ns_total()) * 1e-9;
+    for (int w = 0; w < num_workers(); ++w) {
+      if (!wanted_[static_cast<size_t>(w)]) continue;
+      ++s.active;
+      if (!d.is_active(w)) ++s.starting;
+      if (workers_->live_pid(w) > 0) live.push_back(workers_->live_pid(w));
+    }
+    s.prefetch = prefetch_now_;
+    s.ready = stages_->reordering().buffered() + stages_->handoff().size();
+    s.batch_bytes = config_.batch_bytes.value_or(occupancy_.in_flight_max > 0
+                                                     ? slabs_->stats().peak / occupancy_.in_flight_max
+                                                     : 0);
+  }
+  if (config_.autotune->limits.memory_budget > 0)
+    for (int pid : live) s.worker_rss = std::max(s.worker_rss, rss_bytes(pid));
+  const std::optional<TuneStep> step = tuner_->observe(s);
+  if (!step) return acts;
+  std::vector<int> dirty;
+  {
+    const auto lock = stages_->enter();
+    if (closed_ || epoch_ == 0) return acts;
+    const int from_workers = wanted_count_locked();
+    const int from_prefetch = prefetch_now_;
+    const int target = std::clamp(step->workers, 1, num_workers());
+    prefetch_now_ = std::clamp(step->prefetch, 1, std::max(config_.prefetch_factor, config_.autotune->limits.max_prefetch));
+    std::vector<std::pair<int, bool>> told;  // to the sampler: (worker, gets tasks)
+    for (int w = 0; w < num_workers() && wanted_count_locked() < target; ++w) {
+      if (wanted_[static_cast<size_t>(w)] || workers_->dead(w)) continue;
+      wanted_[static_cast<size_t>(w)] = 1;
+      if (workers_->accepting(w)) told.emplace_back(w, true);  // retired but still running: back at once
+      else acts.emplace_back(w, true);                          // started by its slot actor; tasks once ready
+    }
+    for (int w = num_workers() - 1; w >= 0 && wanted_count_locked() > target; --w) {
+      if (!wanted_[static_cast<size_t>(w)]) continue;
+      wanted_[static_cast<size_t>(w)] = 0;
+      told.emplace_back(w, false);
+      if (workers_->accepting(w) && workers_->held(w) == 0) acts.emplace_back(w, false);
+    }
+    if (told.empty()) told.emplace_back(-1, false);
+    for (const auto& [w, on] : told)
+      stages_->send(stages_->sampler(), tune_atom::value, static_cast<int32_t>(w), on, tuned_max_in_flight_locked());
+    run_stages_locked();
+    decisions_.push_back(EpochStats::TuneDecision{s.t_s, from_workers, wanted_count_locked(), from_prefetch,
+                                                  prefetch_now_, step->reason});
+    dirty = workers_->dirty();
+    notify_locked();
+  }
+  if (hooks_.flush_later)
+    for (int w : dirty) hooks_.flush_later(w);
+  return acts;
+}
+
+void Pipeline::worker_ready(int worker) {
+  // On the strand (link k's ready): the tuner's new worker gets tasks from now on.
+  if (wanted_.empty() || !wanted_[static_cast<size_t>(worker)] || epoch_ == 0 || !stages_->sampling().active()) return;
+  if (stages_->sampling().dispatcher().is_active(worker)) return;
+  stages_->send(stages_->sampler(), tune_atom::value, static_cast<int32_t>(worker), true, tuned_max_in_flight_locked());
+}
+
+void Pipeline::park(int worker) {
+  if (worker < 0 || worker >= num_workers() || wanted_.empty()) return;
+  Carrier& cr = carrier(worker);
+  std::lock_guard<std::mutex> owner(cr.owner);
+  {
+    const auto lock = stages_->enter();
+    if (closed_ || wanted_[static_cast<size_t>(worker)] || !workers_->accepting(worker) || workers_->held(worker) > 0)
+      return;
+    if (stages_->sampling().active() && stages_->sampling().dispatcher().is_active(worker)) return;
+    if (!workers_->park(worker)) return;
+  }
+  // Told to exit as at shutdown; its exit (down) is expected and ignored.
+  cr.current->say_shutdown();
+  cr.current->stop();
+}
+
+void Pipeline::unpark(int worker) {
+  if (worker < 0 || worker >= num_workers() || wanted_.empty()) return;
+  Carrier& cr = carrier(worker);
+  std::lock_guard<std::mutex> owner(cr.owner);
+  uint32_t gen;
+  {
+    const auto lock = stages_->enter();
+    if (closed_ || !wanted_[static_cast<size_t>(worker)] || !workers_->parked(worker)) return;
+    gen = workers_->begin_incarnation(worker);
+  }
+  cr.current->stop();  // the parked incarnation was reaped already: nothing waits here
+  try {
+    cr.current->start(gen);
+  } catch (const std::exception& e) {
+    const auto lock = stages_->enter();
+    worker_failed_locked(worker, "RuntimeError",
+                         "DataLoader worker " + std::to_string(worker) + " could not be started by the autotuner: " + e.what());
+    notify_locked();
+    return;
+  }
+  {
+    const auto lock = stages_->enter();
+    workers_->attach(worker, gen, cr.current->pid(), encoded_config(config_.workers[static_cast<size_t>(worker)]));
+    // Its random stream goes on from where it stopped (or, re-initialised meanwhile,
+    // starts from the new configuration).
+    workers_->resend_held(worker, /*moved=*/true);
+  }
+  cr.current->flush();
 }
 
 // ------------------------------------------------------------------ reader threads

@@ -78,6 +78,7 @@
 #include "loader/epoch_stats.h"
 #include "loader/fetch.h"
 #include "loader/runtime/epoch.h"
+#include "loader/runtime/parent/autotuner.h"
 #include "loader/runtime/parent/reorder_buffer.h"
 #include "loader/runtime/child/worker_core.h"  // WorkerConfig
 #include "loader/runtime/parent/remote_transport.h"
@@ -126,6 +127,15 @@ struct PipelineConfig {
   /// Workers on other hosts: the last remote.size() of `workers` (a local worker's id
   /// is below every remote one's).
   std::vector<RemoteWorkerSpec> remote;
+  /// num_workers = auto: the autotuner's bounds, and the workers that run (the first
+  /// `workers_now` slots) and the prefetch depth as the pool starts (the loader's last
+  /// setting).  The other slots are parked until the tuner starts them.
+  struct Autotune {
+    WorkerTuner::Limits limits;
+    int workers_now = 1;
+    int prefetch_now = 2;
+  };
+  std::optional<Autotune> autotune;
 };
 
 /// How the pipeline asks worker k's actor to act outside the calling thread
@@ -225,6 +235,21 @@ class Pipeline final : public LinkEvents,
   /// State of a worker slot (tests).
   WorkerLifecycle::State worker_state(int worker) const;
 
+  // ---- num_workers = auto (PipelineConfig::autotune)
+  /// Pool actor's thread, every 100 ms: the figures to the tuner, its step applied (on
+  /// the strand: the sampler told which workers get tasks and how many may be out).
+  /// Returns the workers whose slot actors must retire (false) or start (true) them.
+  std::vector<std::pair<int, bool>> tune() override;
+  /// Slot actor k: retires worker k once it holds nothing (its process exits, reaped
+  /// here), or starts it again (its random stream goes on where it stopped).
+  void park(int worker) override;
+  void unpark(int worker) override;
+  /// On the strand (WorkerStageEvents): a worker the tuner started is ready.
+  void worker_ready(int worker) override;
+  /// The workers and prefetch depth the tuner has now (the loader starts its next pool
+  /// with them).  Any thread.
+  std::pair<int, int> tuned() const;
+
  private:
   /// What carries worker k's frames, at [k]: its transports and its owner lock (made
   /// with the pipeline, each transport stopped by shutdown()).
@@ -306,6 +331,22 @@ class Pipeline final : public LinkEvents,
   };
   Occupancy occupancy_;
   uint64_t slab_grown_at_begin_ = 0;  ///< SlabStore::stats().grown as the epoch began
+  /// The epoch's batches handed over and the application's time waiting for them in
+  /// next() (the autotuner's figures), and when it began.  On the strand.
+  uint64_t handed_ = 0;
+  uint64_t wait_ns_ = 0;
+  std::chrono::steady_clock::time_point epoch_began_;
+  /// num_workers = auto, on the strand: the slots the tuner wants running, the prefetch
+  /// depth, and this epoch's decisions (EpochStats::autotune).
+  std::vector<char> wanted_;
+  int prefetch_now_ = 0;
+  std::vector<EpochStats::TuneDecision> decisions_;
+  /// The tasks that may be out for the tuner's setting: prefetch x wanted workers.
+  uint64_t tuned_max_in_flight_locked() const;
+  int wanted_count_locked() const;
+  /// The tuner itself: the pool actor's thread only (tune()).
+  std::unique_ptr<WorkerTuner> tuner_;
+  uint64_t tuned_epoch_ = 0;  ///< the epoch the tuner's window belongs to (pool actor)
   struct RestartDue {
     int worker;
     uint32_t gen;

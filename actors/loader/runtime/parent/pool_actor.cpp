@@ -10,16 +10,19 @@ struct PoolActorState {
   std::weak_ptr<WorkerControl> control;
   std::vector<slot_actor> workers;
   std::chrono::milliseconds tick{0};
+  std::chrono::milliseconds tune_every{0};
   static inline const char* name = "loader.pool";
 };
 
 using pool_pointer = pool_actor::stateful_pointer<PoolActorState>;
 
 pool_actor::behavior_type pool_behavior(pool_pointer self, std::weak_ptr<WorkerControl> control,
-                                        std::vector<slot_actor> workers, std::chrono::milliseconds tick) {
+                                        std::vector<slot_actor> workers, std::chrono::milliseconds tick,
+                                        std::chrono::milliseconds tune_every) {
   self->state.control = std::move(control);
   self->state.workers = std::move(workers);
   self->state.tick = tick;
+  self->state.tune_every = tune_every;
   for (const auto& w : self->state.workers) self->monitor(w);
   // A worker actor that stops while its pool lives leaves its worker without restarts,
   // flushes and watchdog: the loader fails, saying which and why.
@@ -34,11 +37,31 @@ pool_actor::behavior_type pool_behavior(pool_pointer self, std::weak_ptr<WorkerC
                                       "); its worker can no longer be restarted or watched");
   });
   if (tick.count() > 0) self->delayed_send(self, tick, tick_atom::value);
+  if (tune_every.count() > 0) self->delayed_send(self, tune_every, autotune_atom::value);
   return {
       [self](tick_atom) {
         const int64_t ms = self->state.tick.count() > 0 ? self->state.tick.count() : 250;
         for (const auto& w : self->state.workers) self->send(w, watch_atom::value, ms);
         if (self->state.tick.count() > 0) self->delayed_send(self, self->state.tick, tick_atom::value);
+      },
+      [self](autotune_atom) {
+        // The autotuner's figures and steps: retired workers and started ones are their
+        // slot actors' to stop and start (they own the processes).
+        if (auto c = self->state.control.lock()) {
+          std::vector<std::pair<int, bool>> acts;
+          try {
+            acts = c->tune();
+          } catch (const std::exception& e) {
+            c->fail_all("RuntimeError", std::string("DataLoader runtime: the autotuner failed: ") + e.what());
+          }
+          for (const auto& [w, start] : acts) {
+            if (w < 0 || static_cast<size_t>(w) >= self->state.workers.size()) continue;
+            if (start) self->send(self->state.workers[static_cast<size_t>(w)], unpark_atom::value);
+            else self->send(self->state.workers[static_cast<size_t>(w)], park_atom::value);
+          }
+        }
+        if (self->state.tune_every.count() > 0)
+          self->delayed_send(self, self->state.tune_every, autotune_atom::value);
       },
   };
 }
@@ -46,15 +69,16 @@ pool_actor::behavior_type pool_behavior(pool_pointer self, std::weak_ptr<WorkerC
 }  // namespace
 
 pool_actor spawn_pool_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control,
-                            std::vector<slot_actor> workers, std::chrono::milliseconds tick) {
-  return sys.spawn(pool_behavior, std::move(control), std::move(workers), tick);
+                            std::vector<slot_actor> workers, std::chrono::milliseconds tick,
+                            std::chrono::milliseconds tune_every) {
+  return sys.spawn(pool_behavior, std::move(control), std::move(workers), tick, tune_every);
 }
 
 PoolActors::PoolActors(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int workers,
-                       std::chrono::milliseconds tick)
+                       std::chrono::milliseconds tick, std::chrono::milliseconds tune_every)
     : sys_(sys) {
   for (int k = 0; k < workers; ++k) workers_.push_back(spawn_slot_actor(sys, control, k));
-  pool_ = spawn_pool_actor(sys, std::move(control), workers_, tick);
+  pool_ = spawn_pool_actor(sys, std::move(control), workers_, tick, tune_every);
 }
 
 PoolActors::~PoolActors() {

@@ -1,7 +1,9 @@
 // The pool actor and the owner of a pool's actors.
 //
 // The pool actor (one per worker pool) keeps the watchdog clock (every `tick` it
-// tells each worker actor to look at its process) and supervises the worker actors:
+// tells each worker actor to look at its process), with num_workers = auto the
+// autotuner's clock (every 100 ms it asks the pipeline to tune, and tells the worker
+// actors of the workers to retire or start: park, unpark), and supervises the worker actors:
 // it monitors each, and a worker actor that stops while the pool lives (it cannot
 // by design; an exception CAF caught, a bug) fails the loader with a message that
 // names the worker and the reason, instead of leaving its restarts undone.
@@ -26,16 +28,18 @@ namespace loader::runtime {
 struct PipelineHooks;
 
 /// Spawns the pool actor over `workers`.  `tick`: the watchdog period (0: no clock,
-/// for tests that send tick_atom themselves).
+/// for tests that send tick_atom themselves).  `tune_every`: the autotuner's period
+/// (num_workers = auto; 0: none, or tests that send autotune_atom themselves).
 pool_actor spawn_pool_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control,
-                            std::vector<slot_actor> workers, std::chrono::milliseconds tick);
+                            std::vector<slot_actor> workers, std::chrono::milliseconds tick,
+                            std::chrono::milliseconds tune_every = std::chrono::milliseconds(0));
 
 class PoolActors {
  public:
   /// One worker actor per slot (0 .. workers-1), then the pool actor over them.
   /// Called on the application thread.
   PoolActors(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int workers,
-             std::chrono::milliseconds tick);
+             std::chrono::milliseconds tick, std::chrono::milliseconds tune_every = std::chrono::milliseconds(0));
   PoolActors(const PoolActors&) = delete;
   PoolActors& operator=(const PoolActors&) = delete;
   /// stop() unless send_exits() or stop() ran.

@@ -14,6 +14,7 @@
 #include "loader/runtime/batch_codec.h"
 #include "loader/runtime/checkpoint.h"
 #include "loader/runtime/epoch.h"
+#include "loader/runtime/parent/autotuner.h"
 #include "loader/runtime/parent/pipeline.h"
 #include "loader/runtime/parent/pool.h"
 #include "loader/runtime/parent/pool_actor.h"
@@ -49,7 +50,7 @@ void check_worker_number(LoaderState& state) {
   if (sched_getaffinity(0, sizeof set, &set) != 0) return;
   const int cpus = CPU_COUNT(&set);
   const int workers = state.options.num_workers;
-  if (workers <= cpus) return;
+  if (workers <= cpus || state.auto_workers) return;  // auto: max_workers was checked against them
   warn("This DataLoader will create " + std::to_string(workers) +
        " worker processes in total. Our suggested max number of worker in current system is " + std::to_string(cpus) +
        ", which is smaller than what this DataLoader is going to create. Please be aware that excessive worker "
@@ -132,10 +133,32 @@ class WorkerPool final : public ExitTeardown {
       policy.shm_limit_bytes = o.shm_limit_bytes;
       state.slab_store = std::make_shared<SlabStore>(o.pool_workers(), policy, o.pin_memory, state.pin_tracker);
     }
+    if (state.auto_workers) {
+      // num_workers = auto: the slots are max_workers; the first `workers_now` run (the
+      // loader's last pool's setting, or all of them that fit the budget at first).
+      const AutotuneOptions& a = o.autotune;
+      PipelineConfig::Autotune t;
+      t.limits.min_workers = std::max(1, a.min_workers);
+      t.limits.max_workers = a.max_workers;
+      t.limits.max_prefetch = std::max(a.max_prefetch_factor, cfg.prefetch_factor);
+      t.limits.tune_prefetch = a.tune_prefetch;
+      t.limits.fixed_workers = static_cast<bool>(state.iterable);  // each worker's shard is its stream
+      t.limits.memory_budget = a.memory_budget_bytes;
+      t.workers_now = state.tuned_workers > 0 ? state.tuned_workers : a.max_workers;
+      t.prefetch_now = state.tuned_prefetch > 0 ? state.tuned_prefetch : cfg.prefetch_factor;
+      if (state.iterable) t.workers_now = a.max_workers;
+      if (a.memory_budget_bytes > 0 && cfg.batch_bytes)
+        while (t.workers_now > t.limits.min_workers &&
+               WorkerTuner::memory_of(t.workers_now, t.prefetch_now, *cfg.batch_bytes, 0) > a.memory_budget_bytes)
+          --t.workers_now;
+      cfg.autotune = t;
+    }
     const int workers = static_cast<int>(cfg.workers.size());
+    const bool tuned = cfg.autotune.has_value();
     pipeline_ = std::make_shared<Pipeline>(std::move(cfg), state.slab_store);
     // The actors exist before any worker can report anything.
-    actors_ = std::make_unique<PoolActors>(*system_, pipeline_, workers, std::chrono::milliseconds(250));
+    actors_ = std::make_unique<PoolActors>(*system_, pipeline_, workers, std::chrono::milliseconds(250),
+                                           std::chrono::milliseconds(tuned ? 100 : 0));
     pipeline_->set_hooks(actors_->hooks());
     pipeline_->start_workers();
   }
@@ -388,6 +411,12 @@ class MultiProcessEpoch final : public EpochBackend {
     }
     // Stopped synchronously: no sampler draw happens after the epoch ends.
     pool_->pipeline().end_epoch(epoch_);
+    if (state_->auto_workers) {
+      // The tuner's setting: the next epoch's pool starts with it (a new pool, too).
+      const auto [workers, prefetch] = pool_->pipeline().tuned();
+      state_->tuned_workers = workers;
+      state_->tuned_prefetch = prefetch;
+    }
     if (!state_->options.persistent_workers) {
       // Kept for the next epoch when it is the loader's only idle pool and healthy.
       if (!state_->idle_pool && pool_->pipeline().healthy()) state_->idle_pool = std::move(pool_);

@@ -57,6 +57,18 @@ sampler_actor::behavior_type sampler_behavior(sampler_pointer self, SamplerStage
       [self, who](dispatch_atom, int32_t max) {
         stage_guarded(self->state.failures, who, "a dispatch", [&] { pump(self, max); });
       },
+      [self, who](tune_atom, int32_t worker, bool active, uint64_t max_in_flight) {
+        stage_guarded(self->state.failures, who, "the autotuner's setting", [&] {
+          if (!self->state.stage->active()) return;
+          TaskDispatcher& d = self->state.stage->dispatcher();
+          if (worker >= 0) {
+            if (active) d.activate(worker);
+            else d.deactivate(worker);
+          }
+          d.set_max_in_flight(max_in_flight);
+          pump(self, -1);
+        });
+      },
   };
 }
 

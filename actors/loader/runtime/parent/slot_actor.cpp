@@ -43,6 +43,14 @@ slot_actor::behavior_type worker_behavior(worker_pointer self, std::weak_ptr<Wor
         guarded(self->state.control, self->state.who, "queued frames",
                         [&](WorkerControl& c) { c.flush(self->state.worker); });
       },
+      [self](park_atom) {
+        guarded(self->state.control, self->state.who, "retiring its worker",
+                [&](WorkerControl& c) { c.park(self->state.worker); });
+      },
+      [self](unpark_atom) {
+        guarded(self->state.control, self->state.who, "starting its worker again",
+                [&](WorkerControl& c) { c.unpark(self->state.worker); });
+      },
       [self](watch_atom, int64_t tick_ms) {
         guarded(self->state.control, self->state.who, "the watchdog", [&](WorkerControl& c) {
           c.watch(self->state.worker, std::chrono::milliseconds(tick_ms));

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "loader/runtime/protocol.h"
 
@@ -28,6 +30,13 @@ class WorkerControl {
   virtual void flush(int worker) = 0;
   /// Looks at `worker`'s process (frozen, exited, never started); called every `tick`.
   virtual void watch(int worker, std::chrono::milliseconds tick) = 0;
+  /// num_workers = auto: retires `worker` (it holds no task: its process exits) or
+  /// starts it again; worker actor k's thread.
+  virtual void park(int /*worker*/) {}
+  virtual void unpark(int /*worker*/) {}
+  /// num_workers = auto: the autotuner looks at the figures (pool actor's thread, every
+  /// 100 ms); returns the workers to retire (false) or start (true).
+  virtual std::vector<std::pair<int, bool>> tune() { return {}; }
   /// The loader fails with this error (something unexpected in the runtime).
   virtual void fail_all(const std::string& type, const std::string& message) = 0;
 };

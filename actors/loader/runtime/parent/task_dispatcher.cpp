@@ -46,6 +46,12 @@ void TaskDispatcher::on_delivered(int worker) {
 
 void TaskDispatcher::deactivate(int worker) { active_.erase(worker); }
 
+void TaskDispatcher::activate(int worker) {
+  if (worker >= 0 && worker < num_workers_) active_.insert(worker);
+}
+
+void TaskDispatcher::set_max_in_flight(uint64_t n) { max_in_flight_ = n > 0 ? n : 1; }
+
 void TaskDispatcher::on_finished(uint64_t task) { unfinished_.erase(task); }
 
 std::vector<uint64_t> TaskDispatcher::unfinished_tasks_of(int worker) const {

@@ -41,6 +41,12 @@ class TaskDispatcher {
   void on_delivered(int worker = -1);
   /// `worker` will get no more tasks (its iterable ran dry, or it died for good).
   void deactivate(int worker);
+  /// `worker` gets tasks again, from the round robin's next turn on (the autotuner
+  /// started it, or one it retired, again).
+  void activate(int worker);
+  /// At most `n` tasks in flight from now on (the autotuner's workers x prefetch; tasks
+  /// already out above it stay and are answered, no new one goes out until below).
+  void set_max_in_flight(uint64_t n);
   /// A task is done: its result was taken by the application (or it produced none).
   void on_finished(uint64_t task);
 

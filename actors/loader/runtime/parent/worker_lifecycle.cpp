@@ -12,6 +12,7 @@ const char* to_string(WorkerLifecycle::State s) {
     case WorkerLifecycle::State::Running: return "running";
     case WorkerLifecycle::State::Restarting: return "restarting";
     case WorkerLifecycle::State::Dead: return "dead";
+    case WorkerLifecycle::State::Parked: return "parked";
   }
   return "?";
 }
@@ -28,6 +29,17 @@ void WorkerLifecycle::set_pid(uint32_t gen, int pid) {
   if (current(gen)) pid_ = pid;
 }
 
+bool WorkerLifecycle::park(uint32_t gen) {
+  if (state_ == State::Idle) {
+    state_ = State::Parked;
+    return true;
+  }
+  if (!current(gen) || (state_ != State::Starting && state_ != State::Running) || !held_.empty()) return false;
+  state_ = State::Parked;
+  pid_ = -1;
+  return true;
+}
+
 bool WorkerLifecycle::ready(uint32_t gen) {
   if (!current(gen) || state_ != State::Starting) return false;
   state_ = State::Running;
@@ -36,7 +48,8 @@ bool WorkerLifecycle::ready(uint32_t gen) {
 
 WorkerLifecycle::Decision WorkerLifecycle::down(uint32_t gen, const WorkerExit& how, bool between_epochs) {
   Decision d;
-  if (!current(gen) || state_ == State::Restarting) return d;  // stale, or already handled
+  if (!current(gen) || state_ == State::Restarting || state_ == State::Parked)
+    return d;  // stale, already handled, or retired on purpose (its exit is expected)
   const std::string sentence = how.pytorch_sentence(pid_);
   std::string held = describe_held();
   if (between_epochs) {
@@ -88,7 +101,7 @@ WorkerLifecycle::Decision WorkerLifecycle::down(uint32_t gen, const WorkerExit& 
 }
 
 bool WorkerLifecycle::fail(uint32_t gen, const std::string& type, const std::string& message) {
-  if (state_ == State::Dead || gen != gen_) return false;
+  if (state_ == State::Dead || state_ == State::Parked || gen != gen_) return false;
   state_ = State::Dead;
   fatal_type_ = type.empty() ? "RuntimeError" : type;
   fatal_message_ = message;

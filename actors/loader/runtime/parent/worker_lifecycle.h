@@ -15,6 +15,10 @@
 //
 //     down(g, between_epochs) ──► Restarting, always (not counted: see down())
 //
+//     park(g): Idle, or Starting/Running holding no task ──► Parked (the autotuner retired
+//     the slot, or never started it; its process is told to exit, and that exit, down(g),
+//     is ignored); start(g+1) from Parked starts it again.
+//
 // Generations: every process (or thread) incarnation of the slot gets a new
 // generation g, and every event names the generation it comes from.  An event of an
 // older generation is stale and ignored, so a link-down posted by the reader of a
@@ -48,7 +52,7 @@ struct HeldTask {
 
 class WorkerLifecycle {
  public:
-  enum class State { Idle, Starting, Running, Restarting, Dead };
+  enum class State { Idle, Starting, Running, Restarting, Dead, Parked };
 
   /// What the slot's owner must do after a worker went down.
   struct Decision {
@@ -66,6 +70,11 @@ class WorkerLifecycle {
   uint32_t start();
   /// The incarnation `gen` runs as process `pid` (-1 for a thread).
   void set_pid(uint32_t gen, int pid);
+  /// The slot is retired on purpose (num_workers = auto): from Idle, or from the current
+  /// incarnation `gen` Starting or Running with no task held.  False (nothing changed)
+  /// otherwise.
+  bool park(uint32_t gen);
+  bool parked() const { return state_ == State::Parked; }
   /// The incarnation `gen` finished its start-up handshake.
   bool ready(uint32_t gen);
   /// The incarnation `gen` is gone (`how`): restart it or fail for good.

@@ -77,9 +77,23 @@ void WorkerSlots::set_transport(int w, WorkerTransport* t) {
 void WorkerSlots::renew(int w, uint64_t first_task, std::string init) {
   Slot& s = at(w);
   s.rng_floor = first_task;
-  s.renewed = true;
   s.resume_rng.reset();  // a fresh generator from the new configuration
+  if (s.life.parked()) return;  // its next incarnation's Init is the new configuration
+  s.renewed = true;
   s.transport->send(FrameType::Init, std::move(init));
+}
+
+bool WorkerSlots::park(int w) {
+  Slot& s = at(w);
+  if (!s.waiting.empty() || !s.life.park(s.life.generation())) return false;
+  s.attached = false;
+  return true;
+}
+
+uint64_t WorkerSlots::busy_ns_total() const {
+  uint64_t total = 0;
+  for (const auto& s : slots_) total += s->busy_ns;
+  return total;
 }
 
 void WorkerSlots::begin_epoch_counters(std::vector<std::optional<std::string>>* worker_rng) {
@@ -160,7 +174,7 @@ void WorkerSlots::hello(int w, uint32_t gen) {
 }
 
 void WorkerSlots::ready(int w, uint32_t gen) {
-  if (current(w, gen)) at(w).life.ready(gen);
+  if (current(w, gen) && at(w).life.ready(gen)) events_.worker_ready(w);
 }
 
 bool WorkerSlots::failed(int w, uint32_t gen, const std::string& type, const std::string& message) {

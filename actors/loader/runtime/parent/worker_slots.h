@@ -45,6 +45,8 @@ class WorkerStageEvents {
   /// Incarnation `gen` of worker `worker` went down and is to be restarted (`warning`
   /// says why): the pool starts the next one off the strand (a process spawn).
   virtual void worker_restarting(int worker, uint32_t gen, const std::string& warning) = 0;
+  /// Worker `worker` finished its start-up (Ready): the autotuner's new worker gets tasks.
+  virtual void worker_ready(int /*worker*/) {}
 };
 
 class WorkerSlots final : public WorkerStage {
@@ -95,8 +97,15 @@ class WorkerSlots final : public WorkerStage {
   const std::optional<WorkerExit>& host_lost(int w) const { return at(w).lost; }
   /// Worker `w`'s unfinished tasks.
   size_t held(int w) const { return at(w).life.held().size(); }
+  /// num_workers = auto: worker `w` is retired (WorkerLifecycle::park: never started, or
+  /// holding no task); its transport is the caller's to stop.  False: nothing changed.
+  bool park(int w);
+  bool parked(int w) const { return at(w).life.parked(); }
+  /// Every worker's busy time in this epoch (their replies so far), in ns.
+  uint64_t busy_ns_total() const;
   /// Worker `w` gets a new configuration `init` for the epoch whose first task is
-  /// `first_task` (a kept pool re-initialised: its stream starts anew).
+  /// `first_task` (a kept pool re-initialised: its stream starts anew).  A parked worker
+  /// gets it when it starts again (its stream then starts from the configuration).
   void renew(int w, uint64_t first_task, std::string init);
   /// WorkerSeeding::PerTask: the body of the current epoch's TaskSeeds frame (base_seed,
   /// task_base), which every later incarnation gets after its Init.
