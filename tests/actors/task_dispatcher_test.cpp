@@ -269,5 +269,27 @@ TEST(TaskDispatcherOutOfOrder, CancelTakesBackTheLastAssignment) {
   EXPECT_EQ(d.worker_of(10), -1);
 }
 
+TEST(TaskDispatcher, TheAutotunersSettingRetiresAndAddsWorkersAndBoundsTheTasksOut) {
+  TaskDispatcher d(3, 2, 0);
+  d.deactivate(2);  // parked
+  d.set_max_in_flight(4);  // 2 workers x prefetch 2
+  std::vector<int> to;
+  while (auto a = d.assign()) to.push_back(a->second);
+  EXPECT_EQ(to, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_FALSE(d.can_send());
+  d.activate(2);
+  d.set_max_in_flight(6);
+  to.clear();
+  while (auto a = d.assign()) to.push_back(a->second);
+  EXPECT_EQ(to, (std::vector<int>{2, 0})) << "the cycle goes on where it stood, worker 2 included";
+  d.set_max_in_flight(2);  // lowered below what is out: nothing goes out until below
+  d.on_delivered(0);
+  EXPECT_FALSE(d.can_send());
+  d.activate(7);  // no such worker: ignored
+  EXPECT_EQ(d.active_workers(), 3);
+  d.set_max_in_flight(0);
+  EXPECT_EQ(d.max_in_flight(), 1u) << "never 0: a loader that cannot send would hang";
+}
+
 }  // namespace
 }  // namespace loader::runtime

@@ -11,6 +11,26 @@ using Kind = WorkerLifecycle::Decision::Kind;
 
 WorkerExit killed() { return WorkerExit{WorkerExit::Kind::Signal, 9, ""}; }
 
+TEST(WorkerLifecycle, AParkedSlotIgnoresItsIncarnationsExitAndStartsAgainWithANewGeneration) {
+  WorkerLifecycle life(0, /*max_restarts=*/0, /*restartable=*/true);
+  EXPECT_TRUE(life.park(0)) << "a slot never started parks at once";
+  EXPECT_EQ(life.state(), WorkerLifecycle::State::Parked);
+  const uint32_t g = life.start();
+  EXPECT_TRUE(life.ready(g));
+  life.hold(7, HeldTask{});
+  EXPECT_FALSE(life.park(g)) << "a worker holding a task is not parked";
+  ASSERT_TRUE(life.release(7));
+  EXPECT_FALSE(life.park(g + 1)) << "another generation's park is stale";
+  EXPECT_TRUE(life.park(g));
+  EXPECT_EQ(life.down(g, killed()).kind, WorkerLifecycle::Decision::Kind::Ignore) << "its exit was asked for";
+  EXPECT_FALSE(life.fail(g, "RuntimeError", "late")) << "a late error of the retired process kills nothing";
+  EXPECT_FALSE(life.dead());
+  const uint32_t again = life.start();
+  EXPECT_EQ(again, g + 1);
+  EXPECT_EQ(life.state(), WorkerLifecycle::State::Starting);
+  EXPECT_STREQ(to_string(WorkerLifecycle::State::Parked), "parked");
+}
+
 TEST(WorkerLifecycle, StartsThenRunsOnItsOwnReadyOnly) {
   WorkerLifecycle l(0, 0, true);
   EXPECT_EQ(l.state(), State::Idle);
