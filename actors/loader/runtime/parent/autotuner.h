@@ -37,6 +37,8 @@
 #include <string>
 #include <vector>
 
+#include "loader/epoch_stats.h"
+
 namespace loader::runtime {
 
 /// The pool's figures at one instant of an epoch (cumulative since the epoch began).
@@ -74,16 +76,16 @@ class WorkerTuner {
   static constexpr double kWindowS = 0.25;       ///< a window lasts at least this long ...
   static constexpr uint64_t kWindowBatches = 6;  ///< ... and holds this many batches,
   static constexpr double kMaxWindowS = 2.0;     ///< or lasts this long
-  static constexpr double kWaitShare = 0.2;
+  /// input-bound and busy as EpochStats::diagnosis() says them.
+  static constexpr double kWaitShare = EpochStats::kWaitShare;
   static constexpr double kIdleWaitShare = 0.05;
-  static constexpr double kBusyShare = 0.7;
+  static constexpr double kBusyShare = EpochStats::kBusyShare;
   static constexpr double kMinGain = 0.05;
   static constexpr double kUndoWaitShare = 0.1;
   static constexpr int kSettleWindows = 1;
   static constexpr int kBlockWindows = 40;
 
   explicit WorkerTuner(Limits limits);
-  const Limits& limits() const { return limits_; }
 
   /// An epoch begins (its counters start from 0): the window starts again; trials and
   /// closed directions carry over (the data did not change).
@@ -129,10 +131,6 @@ class EpochMode {
   /// after the first batch (`steady_s`), and for a pool epoch the workers' busy time,
   /// the application's time outside next() (its own work) and the sampler's.
   void ended(bool inline_epoch, uint64_t batches, double steady_s, double busy_s, double app_s, double sampler_s);
-  /// Per-batch costs known (NaN: none); for tests and the log.
-  double pool_cost() const { return pool_cost_; }
-  double inline_cost() const { return inline_cost_; }
-  bool inline_measured() const { return inline_measured_; }
 
  private:
   bool allow_inline_;

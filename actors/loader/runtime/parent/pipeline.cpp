@@ -181,21 +181,26 @@ void Pipeline::restart(int worker, uint32_t gen) {
       return;
     next = workers_->begin_incarnation(worker);
   }
+  run_incarnation(worker, next, /*carry_stream=*/false, "restarted");
+}
+
+void Pipeline::run_incarnation(int worker, uint32_t gen, bool carry_stream, const char* verb) {
+  Carrier& cr = carrier(worker);
   cr.current->stop();  // the last incarnation's events have ended and its process is reaped: nothing waits here
   WorkerTransport* t;
   try {
-    t = &start_somewhere(worker, next);
+    t = &start_somewhere(worker, gen);
   } catch (const std::exception& e) {
     const auto lock = stages_->enter();
     worker_failed_locked(worker, "RuntimeError",
-                         "DataLoader worker " + std::to_string(worker) + " could not be restarted: " + e.what());
+                         "DataLoader worker " + std::to_string(worker) + " could not be " + verb + ": " + e.what());
     notify_locked();
     return;
   }
   {
     const auto lock = stages_->enter();
-    const bool moved = workers_->host_lost(worker).has_value();
-    workers_->attach(worker, next, t->pid(), encoded_config(config_.workers[static_cast<size_t>(worker)]));
+    const bool moved = carry_stream || workers_->host_lost(worker).has_value();
+    workers_->attach(worker, gen, t->pid(), encoded_config(config_.workers[static_cast<size_t>(worker)]));
     workers_->resend_held(worker, moved);
   }
   t->flush();  // still its owner: the new incarnation's frames go out in order
@@ -376,9 +381,7 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     fatal_.reset();
     stopped_ = false;
     waits_ = 0;
-    handed_ = 0;
     wait_ns_ = 0;
-    epoch_began_ = std::chrono::steady_clock::now();
     decisions_.clear();
     occupancy_.start(std::chrono::steady_clock::now());
     slabs_->new_window();
@@ -552,7 +555,6 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
         d.pinned = handed->pinned;
         if (d.worker >= 0 && d.worker < num_workers()) workers_->delivered(d.worker);
       }
-      ++handed_;
       if (waited)
         wait_ns_ += static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wait_began).count());
@@ -780,8 +782,8 @@ std::vector<std::pair<int, bool>> Pipeline::tune() {
       tuned_epoch_ = epoch_;
     }
     const TaskDispatcher& d = stages_->sampling().dispatcher();
-    s.t_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_began_).count();
-    s.batches = handed_;
+    s.t_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - occupancy_.began).count();
+    s.batches = workers_->delivered_total();
     s.wait_s = static_cast<double>(wait_ns_) * 1e-9;
     s.busy_s = static_cast<double>(workers_->busy_ns_total()) * 1e-9;
     for (int w = 0; w < num_workers(); ++w) {
@@ -868,24 +870,9 @@ void Pipeline::unpark(int worker) {
     if (closed_ || !wanted_[static_cast<size_t>(worker)] || !workers_->parked(worker)) return;
     gen = workers_->begin_incarnation(worker);
   }
-  cr.current->stop();  // the parked incarnation was reaped already: nothing waits here
-  try {
-    cr.current->start(gen);
-  } catch (const std::exception& e) {
-    const auto lock = stages_->enter();
-    worker_failed_locked(worker, "RuntimeError",
-                         "DataLoader worker " + std::to_string(worker) + " could not be started by the autotuner: " + e.what());
-    notify_locked();
-    return;
-  }
-  {
-    const auto lock = stages_->enter();
-    workers_->attach(worker, gen, cr.current->pid(), encoded_config(config_.workers[static_cast<size_t>(worker)]));
-    // Its random stream goes on from where it stopped (or, re-initialised meanwhile,
-    // starts from the new configuration).
-    workers_->resend_held(worker, /*moved=*/true);
-  }
-  cr.current->flush();
+  // Its random stream goes on from where it stopped (or, re-initialised meanwhile,
+  // starts from the new configuration).
+  run_incarnation(worker, gen, /*carry_stream=*/true, "started by the autotuner");
 }
 
 // ------------------------------------------------------------------ reader threads

@@ -282,6 +282,12 @@ class Pipeline final : public LinkEvents,
   std::unique_ptr<ShmTransport> make_local_transport(int worker, uint64_t rng_slots);
   /// Worker `worker`'s carrier.
   Carrier& carrier(int worker) { return *carriers_[static_cast<size_t>(worker)]; }
+  /// Runs incarnation `gen` of worker `worker` (begin_incarnation done, its owner lock
+  /// held): the last one's transport stopped, the new one started (start_somewhere),
+  /// attached, and its held tasks sent again; `carry_stream`: its random stream goes on
+  /// from where the last one stopped (WorkerSlots::resend_held's `moved`; a lost host's
+  /// slot always).  When it cannot start, the worker fails with "could not be `verb`".
+  void run_incarnation(int worker, uint32_t gen, bool carry_stream, const char* verb);
   /// Starts incarnation `gen` of worker `worker` where it can run: its current transport;
   /// for a remote slot whose host was lost, another host or a local stand-in (in that
   /// order).  REQUIRES: its owner lock held, begin_incarnation done.  Returns the
@@ -331,11 +337,10 @@ class Pipeline final : public LinkEvents,
   };
   Occupancy occupancy_;
   uint64_t slab_grown_at_begin_ = 0;  ///< SlabStore::stats().grown as the epoch began
-  /// The epoch's batches handed over and the application's time waiting for them in
-  /// next() (the autotuner's figures), and when it began.  On the strand.
-  uint64_t handed_ = 0;
+  /// The application's time in this epoch's next() calls waiting for a batch (the
+  /// autotuner's figure; the batches are the slots' delivered counts, the epoch's start
+  /// occupancy_.began).  On the strand.
   uint64_t wait_ns_ = 0;
-  std::chrono::steady_clock::time_point epoch_began_;
   /// num_workers = auto, on the strand: the slots the tuner wants running, the prefetch
   /// depth, and this epoch's decisions (EpochStats::autotune).
   std::vector<char> wanted_;

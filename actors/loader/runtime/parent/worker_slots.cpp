@@ -96,6 +96,12 @@ uint64_t WorkerSlots::busy_ns_total() const {
   return total;
 }
 
+uint64_t WorkerSlots::delivered_total() const {
+  uint64_t total = 0;
+  for (const auto& s : slots_) total += s->delivered;
+  return total;
+}
+
 void WorkerSlots::begin_epoch_counters(std::vector<std::optional<std::string>>* worker_rng) {
   for (size_t w = 0; w < slots_.size(); ++w) {
     Slot& s = *slots_[w];

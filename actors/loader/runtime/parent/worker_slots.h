@@ -101,8 +101,10 @@ class WorkerSlots final : public WorkerStage {
   /// holding no task); its transport is the caller's to stop.  False: nothing changed.
   bool park(int w);
   bool parked(int w) const { return at(w).life.parked(); }
-  /// Every worker's busy time in this epoch (their replies so far), in ns.
+  /// Every worker's busy time in this epoch (their replies so far), in ns, and their
+  /// batches next() returned.
   uint64_t busy_ns_total() const;
+  uint64_t delivered_total() const;
   /// Worker `w` gets a new configuration `init` for the epoch whose first task is
   /// `first_task` (a kept pool re-initialised: its stream starts anew).  A parked worker
   /// gets it when it starts again (its stream then starts from the configuration).
