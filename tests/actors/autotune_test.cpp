@@ -135,7 +135,15 @@ TEST(Autotune, ACheapDatasetLoadsInTheApplicationsThreadBetweenEpochsSameBatches
   }
   {
     manual_seed(4);
-    DataLoader dl(draws(2000), options(kAutoWorkers, 2, 0));
+    // One worker with one task in flight: the pool's batch costs the worker's time, the
+    // application's and the round trip between them, the estimate for this thread the
+    // first two only, so the choice does not hang on how busy the machine is (with two
+    // workers and a deeper prefetch the pool's cost fell below the estimate on a loaded
+    // CI machine under ASan: the workers' busy time grows when they are descheduled).
+    DataLoaderOptions o = options(kAutoWorkers, 1, 0);
+    o.prefetch_factor = 1;
+    o.autotune.tune_prefetch = false;
+    DataLoader dl(draws(2000), o);
     int inline_epochs = 0;
     std::string log;
     for (int e = 0; e < 4; ++e) {
