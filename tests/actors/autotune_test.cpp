@@ -5,16 +5,20 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "checkpoint_util.h"
+#include "libloader/pt_test_util.h"
 #include "loader/dataloader.h"
 #include "loader/error.h"
 #include "loader/generator.h"
 #include "process_leaks.h"
+#include "test_util.h"
 
 using namespace loader;
 using loader::testing::bytes_of;
@@ -183,6 +187,54 @@ TEST(Autotune, ACheckpointMidEpochResumesTheRestByteForByte) {
     std::vector<std::string> rest = run_epoch(dl, 0);
     ASSERT_EQ(rest.size(), whole.size() - 20);
     EXPECT_TRUE(std::equal(rest.begin(), rest.end(), whole.begin() + 20));
+  }
+  EXPECT_EQ(leaks.new_children(), "");
+  EXPECT_EQ(leaks.new_segments(), "");
+}
+
+// W5's shape, small: an ImageFolder of JPEG and PNG files (copies of the golden images,
+// tests/golden/images/files), decoded in the workers, torchvision's training transform
+// (RandomResizedCrop, flip, Normalize) drawn per task. A slow consumer retires a worker in
+// the middle of the epoch and a fast one runs on whatever the tuner keeps: the batches,
+// crops and flips included, are those of a fixed pool of two.
+TEST(Autotune, ImageWorkersAreRetiredMidEpochAndTheDecodedBatchesStayThoseOfAFixedPool) {
+  loader::testing::LeakCheck leaks;
+  loader::testing::TempDir dir;
+  const char* sources[] = {"rgb420_big.jpg", "rgb444.jpg", "progressive.jpg", "cmyk.jpg", "rgb8.png", "palette8.png"};
+  for (int c = 0; c < 3; ++c) {
+    const std::string cls = dir.file("images/class" + std::to_string(c));
+    std::filesystem::create_directories(cls);
+    for (int i = 0; i < 80; ++i) {
+      const std::string from = sources[(c + i) % 6];
+      std::ofstream(cls + "/" + std::to_string(i) + from.substr(from.find('.')), std::ios::binary)
+          << loader::testing::read_file(loader::testing::golden_path("images/files/" + from));
+    }
+  }
+  const Value params = Value::dict({{"root", dir.file("images")}, {"transform", "train"}, {"size", 32}});
+  auto images = [&] { return make_dataset({"image_folder", params}); };
+  auto image_options = [](int workers) {
+    DataLoaderOptions o = options(workers, 2, 1);
+    o.batch_size = 8;
+    o.persistent_workers = true;
+    return o;
+  };
+  std::vector<std::vector<std::string>> fixed;
+  {
+    DataLoader dl(images(), image_options(2));
+    fixed.push_back(run_epoch(dl, 0));
+    fixed.push_back(run_epoch(dl, 0));
+  }
+  ASSERT_EQ(fixed[0].size(), 30u);
+  ASSERT_NE(fixed[0], fixed[1]) << "a new epoch draws new crops";
+  {
+    DataLoader dl(images(), image_options(kAutoWorkers));
+    EpochStats first;
+    EXPECT_EQ(run_epoch(dl, 40, &first), fixed[0]) << "retiring an image worker changed the batches\n"
+                                                    << decisions(first);
+    EXPECT_TRUE(has_step(first, 1, "consumer-bound")) << decisions(first);
+    EpochStats second;
+    EXPECT_EQ(run_epoch(dl, 0, &second), fixed[1]) << decisions(second);
+    EXPECT_TRUE(second.autotuned);
   }
   EXPECT_EQ(leaks.new_children(), "");
   EXPECT_EQ(leaks.new_segments(), "");
