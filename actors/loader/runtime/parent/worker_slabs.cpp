@@ -61,7 +61,10 @@ static uint64_t slab_size_for(uint64_t bytes, double headroom) {
 
 void WorkerSlabs::size_for(uint64_t bytes) {
   if (slab_size_ != 0 || bytes == 0) return;
-  uint64_t want = slab_size_for(bytes, policy_.headroom);
+  // The sample_spec's batch is exact (its last, shorter batch is smaller): no headroom,
+  // whose pages every slab would make, reserve and map for nothing.  A batch larger than
+  // its spec is still taken: Need, and a larger slab (acquire_at_least).
+  uint64_t want = slab_size_for(bytes, 1.0);
   check_budget(want);
   slab_size_ = want;
 }

@@ -54,7 +54,7 @@ struct SlabPolicy {
   int num_workers = 1;
   int slabs_per_worker = 4;      ///< expected: prefetch_factor + 2
   uint64_t shm_limit_bytes = 0;  ///< 0: limited by free /dev/shm only
-  double headroom = 1.25;        ///< slab size = need * headroom, rounded up to 64 KiB
+  double headroom = 1.25;        ///< slab size = need * headroom, rounded up to 64 KiB (not for size_for)
   std::shared_ptr<SlabBudget> budget;  ///< shared by the loader's workers (made when null)
 };
 
@@ -70,7 +70,8 @@ class WorkerSlabs {
   /// standard slab size.  Throws ShmError when shared memory cannot hold the pool.
   uint64_t acquire_at_least(uint64_t bytes);
   /// Sets the slab size for batches of `bytes` before the first task (from the
-  /// dataset's sample_spec()); checks the pool budget.  No effect once sized.
+  /// dataset's sample_spec(): exact, so no headroom); checks the pool budget.  No
+  /// effect once sized.
   void size_for(uint64_t bytes);
   /// Returns slab `id`.  Returns true when the slab was destroyed instead (it was
   /// smaller than the current slab size): the worker must forget it.
