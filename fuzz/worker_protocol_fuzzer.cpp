@@ -2,8 +2,9 @@
 // clang++ by fuzz/CMakeLists.txt): every frame body of the worker protocol
 // (runtime/frames.h: what a worker host reads from its socket and rings, what the main
 // process reads back), the encoded value a remote session decodes its configuration from
-// with the check of its dataset handle (remote_protocol.h: remote_resource_error), and
-// host:port parsing.  CAF deserializes the network messages themselves.  The only
+// with the check of its dataset handle (remote_protocol.h: remote_resource_error),
+// host:port parsing, the greeting a worker host's bulk port reads (parse_bulk_hello) and
+// the RemoteReply head the main process reads from a bulk stream.  CAF deserializes the network messages themselves.  The only
 // acceptable failure is a loader::Error.
 #include <cstddef>
 #include <cstdint>
@@ -49,5 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)remote_resource_error(v);
   });
   guarded([&] { parse_host_port(body, "fuzz"); });
+  if (auto key = parse_bulk_hello(body.data(), body.size()))
+    if (bulk_hello(*key) != body) __builtin_trap();  // a greeting it takes is one it would send
+  guarded([&] { RemoteReplyHead::decode(body, std::string(), nullptr, nullptr); });
   return 0;
 }

@@ -168,5 +168,50 @@ TEST(Frames, EveryReplyKindRoundTrips) {
   EXPECT_THROW(decode_reply(static_cast<uint8_t>(FrameType::Task), std::string(8, '\0')), RuntimeError);
 }
 
+// A remote worker's reply on its bulk stream: the head (generator states, the reply
+// without its payload) and the payload that follows it come back as the reply.
+TEST(Frames, ARemoteReplysHeadAndPayloadRoundTrip) {
+  std::vector<WorkerReply> replies(3);
+  replies[0].kind = WorkerReply::Kind::Result;
+  replies[0].task = 9;
+  replies[0].slab = kInlineSlab;
+  replies[0].busy_ns = 123;
+  replies[0].collate_ns = 45;
+  replies[0].payload = std::string("\0\1\2 the batch", 14);
+  replies[1].kind = WorkerReply::Kind::Error;
+  replies[1].task = 10;
+  replies[1].error_type = "ValueError";
+  replies[1].error_message = "Caught ValueError in DataLoader worker process 1.";
+  replies[2].kind = WorkerReply::Kind::IterEnd;
+  replies[2].task = 11;
+  const std::string before(Generator::kStateBytes, '\7'), after("after-state");
+  for (const WorkerReply& r : replies) {
+    const std::string head = RemoteReplyHead::encode(r, before, after);
+    if (!r.payload.empty()) {
+      EXPECT_EQ(head.find(r.payload), std::string::npos) << "the payload is not in the head: it goes out as it is";
+    }
+    std::string b, a;
+    const WorkerReply d = RemoteReplyHead::decode(head, r.payload, &b, &a);
+    EXPECT_EQ(d.kind, r.kind);
+    EXPECT_EQ(d.task, r.task);
+    EXPECT_EQ(d.busy_ns, r.busy_ns);
+    EXPECT_EQ(d.collate_ns, r.collate_ns);
+    EXPECT_EQ(d.payload, r.payload);
+    EXPECT_EQ(d.error_type, r.error_type);
+    EXPECT_EQ(d.error_message, r.error_message);
+    EXPECT_EQ(b, before);
+    EXPECT_EQ(a, after);
+    expect_only_whole_bodies(head, [&](const std::string& h) { RemoteReplyHead::decode(h, r.payload, nullptr, nullptr); },
+                             r.kind == WorkerReply::Kind::Result);
+  }
+  // A payload after a reply that has none is refused, naming the frame.
+  try {
+    RemoteReplyHead::decode(RemoteReplyHead::encode(replies[1], "", ""), "stray", nullptr, nullptr);
+    ADD_FAILURE() << "a payload after an Error reply was read";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("RemoteReply"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace loader::runtime

@@ -117,12 +117,17 @@ class Host {
       const auto begin = at + 14;
       address_ = first.substr(begin, first.find('"', begin) - begin);
     }
+    const auto bulk = first.find("\"bulk_port\": ");
+    EXPECT_NE(bulk, std::string::npos) << "the host said: " << first;
+    if (bulk != std::string::npos) bulk_port_ = std::stoi(first.substr(bulk + 13));
   }
   ~Host() {
     stop(SIGKILL);
     if (out_) fclose(out_);
   }
   const std::string& address() const { return address_; }
+  /// The host's bulk stream port (0: none).
+  int bulk_port() const { return bulk_port_; }
   pid_t pid() const { return pid_; }
   /// The next line the host prints (its stats every 100 ms), within `limit`.
   std::string line(std::chrono::milliseconds limit) {
@@ -132,11 +137,14 @@ class Host {
     return fgets(buf, sizeof buf, out_) ? std::string(buf) : std::string();
   }
   /// Waits for a stats line with at least `tasks` tasks done.
-  bool wait_tasks_done(int64_t tasks) {
+  bool wait_tasks_done(int64_t tasks) { return wait_stat("tasks_done", tasks); }
+  /// Waits for a stats line whose `key` is at least `least`.
+  bool wait_stat(const std::string& key, int64_t least) {
+    const std::string k = "\"" + key + "\": ";
     for (int i = 0; i < 600; ++i) {
       const std::string l = line(std::chrono::milliseconds(1000));
-      const auto at = l.find("\"tasks_done\": ");
-      if (at != std::string::npos && std::stoll(l.substr(at + 14)) >= tasks) return true;
+      const auto at = l.find(k);
+      if (at != std::string::npos && std::stoll(l.substr(at + k.size())) >= least) return true;
     }
     return false;
   }
@@ -154,6 +162,7 @@ class Host {
   pid_t pid_ = -1;
   FILE* out_ = nullptr;
   std::string address_;
+  int bulk_port_ = 0;
 };
 
 DataLoaderOptions options(int local, const std::vector<std::string>& remote, const std::string& token_file) {
@@ -243,6 +252,81 @@ TEST(Remote, RandomBytesOnThePortNeverStopTheHost) {
   }
   DataLoader dl(draws(40), options(0, {host.address()}, token));
   EXPECT_EQ(all_batches(dl).size(), 5u);
+}
+
+/// A TCP connection to 127.0.0.1:`port` (-1 when it cannot be made).
+int connect_local(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/// Whether the peer closes `fd` within `limit` (reads whatever it sends meanwhile).
+bool closed_by_peer(int fd, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  char buf[256];
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) == 1) {
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    }
+  }
+  return false;
+}
+
+// The bulk port takes a session's greeting and nothing else: random bytes, the magic
+// with a key no session has, a greeting cut short and silence are each closed (within
+// the host's timeout, 3 s here) and counted, and the host serves the next client, its
+// batches on the bulk stream.
+TEST(Remote, TheBulkPortClosesAnythingButASessionsGreetingAndTheHostServesOn) {
+  const TokenFile token("bulk-test");
+  Host host(token);
+  ASSERT_GT(host.bulk_port(), 0);
+  std::mt19937_64 rng(11);
+  std::string junk(64 * 1024, '\0');
+  for (auto& c : junk) c = static_cast<char>(rng());
+  const std::string wrong_key = std::string("LDRBULK1") + std::string(16, '\x5a');
+  const std::string tries[] = {junk, wrong_key, wrong_key.substr(0, 10), std::string()};
+  for (const std::string& bytes : tries) {
+    const int fd = connect_local(host.bulk_port());
+    ASSERT_GE(fd, 0);
+    (void)!send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    EXPECT_TRUE(closed_by_peer(fd, std::chrono::seconds(8))) << "the host kept a connection that sent "
+                                                             << bytes.size() << " bytes";
+    close(fd);
+  }
+  EXPECT_TRUE(host.wait_stat("bulk_refused", 4));
+  std::vector<Value> want;
+  {
+    DataLoader dl(draws(40), options(2, {}, ""));
+    want = all_batches(dl);
+  }
+  DataLoader dl(draws(40), options(1, {host.address()}, token));
+  expect_same_batches(all_batches(dl), want, "1 local + 1 remote after the bulk port's refusals");
+  EXPECT_TRUE(host.wait_stat("bytes_bulk", 1)) << "the batches did not come on the bulk stream";
+}
+
+// A host started with --no-bulk sends every batch over CAF's connection: the same bytes.
+TEST(Remote, AHostWithoutABulkStreamGivesTheSameBytes) {
+  const TokenFile token("no-bulk-test");
+  Host host(token, 3000, {"--no-bulk"});
+  EXPECT_EQ(host.bulk_port(), 0);
+  std::vector<Value> want;
+  {
+    DataLoader dl(draws(40), options(2, {}, ""));
+    want = all_batches(dl);
+  }
+  DataLoader dl(draws(40), options(1, {host.address()}, token));
+  expect_same_batches(all_batches(dl), want, "1 local + 1 remote over BASP alone");
+  EXPECT_TRUE(host.wait_tasks_done(2));
 }
 
 TEST(Remote, AHandleNamingALocalResourceIsRefusedNamingTheParameter) {

@@ -117,6 +117,33 @@ TEST(Wire, PassesADescriptorThatMapsTheSameSharedMemory) {
   EXPECT_EQ(std::memcmp(seg->data(), "written by the worker", 22), 0) << "both sides see one segment";
 }
 
+// A frame written in parts (a head and a batch payload from where they are) is the
+// frame of their concatenation; empty parts and a large payload included.
+TEST(Wire, AFrameWrittenInPartsReadsAsOneBody) {
+  SocketPair sp;
+  const std::string head = "head", big = pattern(12u << 20);
+  bool wrote = false;
+  std::thread writer([&] {
+    wrote = write_frame_parts(sp.parent, FrameType::RemoteReply, {head, std::string_view(), big}) &&
+            write_frame_parts(sp.parent, FrameType::Ready, {});
+  });
+  Frame f, g;
+  const ReadStatus st = read_frame(sp.child, f, 5000);
+  const ReadStatus st2 = read_frame(sp.child, g, 5000);
+  shutdown(sp.child, SHUT_RDWR);
+  writer.join();
+  ASSERT_TRUE(wrote);
+  ASSERT_EQ(st, ReadStatus::Ok);
+  EXPECT_EQ(f.type, FrameType::RemoteReply);
+  EXPECT_TRUE(f.body == head + big) << "body differs";
+  ASSERT_EQ(st2, ReadStatus::Ok);
+  EXPECT_EQ(g.type, FrameType::Ready);
+  EXPECT_TRUE(g.body.empty());
+  char c;
+  shutdown(sp.parent, SHUT_WR);
+  EXPECT_EQ(read_bytes(sp.child, &c, 1), ReadStatus::Eof);
+}
+
 TEST(Wire, LargeBodiesCrossTheSocketWhileTheReaderDrainsIt) {
   SocketPair sp;
   const std::string big = pattern(24u << 20);  // far beyond the socket buffer

@@ -1,6 +1,7 @@
 #include "loader/runtime/frames.h"
 
 #include <cstring>
+#include <tuple>
 
 #include "loader/error.h"
 #include "loader/generator.h"
@@ -297,6 +298,45 @@ std::pair<uint64_t, StreamStart> decode_stream_start(const std::string& body) {
     if (has_state) start.state = std::move(state);
     return std::pair<uint64_t, StreamStart>(task, std::move(start));
   });
+}
+
+std::string RemoteReplyHead::encode(const WorkerReply& r, const std::string& before, const std::string& after) {
+  WorkerReply shell;  // r without its payload, which goes out after the head as it is
+  shell.kind = r.kind;
+  shell.task = r.task;
+  shell.slab = r.slab;
+  shell.bytes = r.bytes;
+  shell.error_type = r.error_type;
+  shell.error_message = r.error_message;
+  shell.busy_ns = r.busy_ns;
+  shell.collate_ns = r.collate_ns;
+  auto [type, body] = encode_reply(shell);
+  std::string head;
+  put_string(head, before);
+  put_string(head, after);
+  put_u64(head, type);
+  head += body;
+  return head;
+}
+
+WorkerReply RemoteReplyHead::decode(const std::string& head, std::string payload, std::string* before,
+                                    std::string* after) {
+  auto [b, a, type, body] = decoding(kType, head, [](Reader& in) {
+    std::string states[2];
+    states[0] = in.string();
+    states[1] = in.string();
+    const uint64_t t = in.u64();
+    if (t > 255) throw RuntimeError("reply frame type " + std::to_string(t));
+    return std::make_tuple(std::move(states[0]), std::move(states[1]), static_cast<uint8_t>(t), in.rest());
+  });
+  WorkerReply r = decode_reply(type, body);
+  if (r.kind != WorkerReply::Kind::Result && !payload.empty())
+    throw RuntimeError(std::string("a RemoteReply frame: a ") + frame_type_name(static_cast<FrameType>(type)) +
+                       " reply with " + std::to_string(payload.size()) + " bytes of payload");
+  r.payload = std::move(payload);
+  if (before) *before = std::move(b);
+  if (after) *after = std::move(a);
+  return r;
 }
 
 }  // namespace loader::runtime

@@ -134,6 +134,19 @@ WorkerReply decode_reply(uint8_t type, const std::string& body);
 /// True for the frame types decode_reply reads.
 bool is_reply(FrameType type);
 
+/// RemoteReply: a reply of a worker on another host, on its session's bulk stream
+/// (remote_protocol.h), with the generator states its task started from and ended with.
+/// Body: u64 head length, the head (the states, the reply's frame type and its body
+/// without the payload), then a Result's payload, which the host writes from where it
+/// is and the main process reads straight into the reply.
+struct RemoteReplyHead {
+  static constexpr FrameType kType = FrameType::RemoteReply;
+  /// The head of `r`: everything but r.payload.
+  static std::string encode(const WorkerReply& r, const std::string& before, const std::string& after);
+  /// The reply from its head and the payload that followed it.
+  static WorkerReply decode(const std::string& head, std::string payload, std::string* before, std::string* after);
+};
+
 /// StreamStart: how the stream answering `task` began.
 std::string encode_stream_start(uint64_t task, const StreamStart& start);
 std::pair<uint64_t, StreamStart> decode_stream_start(const std::string& body);

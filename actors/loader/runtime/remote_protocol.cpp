@@ -1,7 +1,10 @@
 #include "loader/runtime/remote_protocol.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <fstream>
+#include <random>
 
 #include "loader/error.h"
 
@@ -12,6 +15,27 @@ void add_remote_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<task_msg>("loader.task_msg");
   cfg.add_message_type<WorkerReply>("loader.WorkerReply");
   cfg.add_message_type<result_msg>("loader.result_msg");
+}
+
+namespace {
+constexpr char kBulkMagic[8] = {'L', 'D', 'R', 'B', 'U', 'L', 'K', '1'};
+}  // namespace
+
+std::string new_bulk_key() {
+  std::random_device rd;
+  std::string key(kBulkKeyBytes, '\0');
+  for (size_t i = 0; i < kBulkKeyBytes; i += 4) {
+    const uint32_t r = rd();
+    std::memcpy(&key[i], &r, std::min<size_t>(4, kBulkKeyBytes - i));
+  }
+  return key;
+}
+
+std::string bulk_hello(const std::string& key) { return std::string(kBulkMagic, sizeof kBulkMagic) + key; }
+
+std::optional<std::string> parse_bulk_hello(const char* data, size_t size) {
+  if (size != kBulkHelloBytes || std::memcmp(data, kBulkMagic, sizeof kBulkMagic) != 0) return std::nullopt;
+  return std::string(data + sizeof kBulkMagic, kBulkKeyBytes);
 }
 
 namespace {

@@ -7,13 +7,26 @@
 //   remote_actor(host, port) ──────────────────►  the gate (published on host:port)
 //   request (open, version, token, client) ──────► checks the token before anything
 //                                                  is built; spawns a session: a worker
-//   ◄──────────────── (ok, why, session)           actor, its uplink, a private page
+//   ◄──── (ok, why, session, bulk port, key)       actor, its uplink, a private page
+//   TCP to host:bulk port, (magic, key) ─────────► the bulk listener: the session's
+//   ◄──────────────────────────────────── 'K'      sink (a wrong key: closed)
 //   task_msg, (init, cfg), (setrng, task, state), (epoch), (seeds, base, task_base),
 //   (resume, skip, rng, state), (ping, n) ───────► session ──► worker actor
 //   ◄── (result_msg, before, after): a reply, the batch inline, with the generator
 //       states its task started from and ended with (the client keeps a state page of
 //       its own from them: restarts and checkpoints work as with local workers)
 //   ◄── (ready), (stream, ...), (fatal, type, message, when, status), (pong, n)
+//
+// The bulk stream: CAF's BASP copies a 9.6 MB batch three times on the way in (its
+// receive buffer, zeroed as it grows, the message's string, the tensors) and twice on the
+// way out, so a session's replies, ready, stream and fatal events go instead, once the
+// client has attached, as frames (wire.h, frames.h: RemoteReply, Ready, StreamStart,
+// InitError) on a TCP connection of their own to the host's bulk port: a batch's bytes
+// are written from where the worker collated them and read straight into the reply.
+// The tasks, the other client messages and the pings stay on BASP.  The client attaches
+// before it sends anything else, so the session's events all go one way.  Over TLS
+// (CAF's OpenSSL module owns the encryption) there is no bulk stream (bulk port 0), and a
+// client that cannot reach the bulk port goes on over BASP alone, with one warning.
 //
 // Nothing local crosses: no descriptor, no shared memory, no slab (a task's slab is
 // always kInlineSlab); a dataset handle naming a resource of the client's machine is
@@ -34,7 +47,19 @@
 namespace loader::runtime {
 
 /// Raised when the two sides speak different versions of this protocol.
-constexpr uint64_t kRemoteProtocolVersion = 2;  // 2: WorkerReply carries collate_ns
+constexpr uint64_t kRemoteProtocolVersion = 3;  // 2: WorkerReply carries collate_ns; 3: the bulk stream
+
+/// The bulk stream's greeting: 8 bytes of magic, then the session's key (kBulkKeyBytes
+/// random bytes the open reply gave); the host answers kBulkAck once the session's sink
+/// has the connection.
+constexpr size_t kBulkKeyBytes = 16;
+constexpr size_t kBulkHelloBytes = 8 + kBulkKeyBytes;
+constexpr char kBulkAck = 'K';
+/// A new session key (from std::random_device).
+std::string new_bulk_key();
+std::string bulk_hello(const std::string& key);
+/// The key of a greeting, or nullopt when `data` is not one.
+std::optional<std::string> parse_bulk_hello(const char* data, size_t size);
 
 /// client -> gate: (open, version, token, client actor) -> (ok, why, session).
 using open_atom = caf::atom_constant<caf::atom("open")>;

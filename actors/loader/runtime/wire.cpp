@@ -1,9 +1,12 @@
 #include "loader/runtime/wire.h"
 
+#include <limits.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -27,6 +30,7 @@ const char* frame_type_name(FrameType t) {
     case FrameType::ResumeStream: return "ResumeStream";
     case FrameType::TaskSeeds: return "TaskSeeds";
     case FrameType::StreamStart: return "StreamStart";
+    case FrameType::RemoteReply: return "RemoteReply";
     case FrameType::Hello: return "Hello";
     case FrameType::Ready: return "Ready";
     case FrameType::InitError: return "InitError";
@@ -107,6 +111,40 @@ bool write_frame(int sock, FrameType type, const std::string& body, int fd) {
   return true;
 }
 
+bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::string_view> parts) {
+  uint64_t body = 0;
+  for (std::string_view p : parts) body += p.size();
+  if (body + 1 > UINT32_MAX)
+    throw RuntimeError(std::string("a ") + frame_type_name(type) + " frame of " + std::to_string(body) +
+                       " bytes is larger than a frame can be (4 GiB): use a smaller batch_size");
+  const auto len = static_cast<uint32_t>(body + 1);
+  char header[5];
+  std::memcpy(header, &len, 4);
+  header[4] = static_cast<char>(type);
+  std::vector<iovec> iov;
+  iov.push_back({header, 5});
+  for (std::string_view p : parts)
+    if (!p.empty()) iov.push_back({const_cast<char*>(p.data()), p.size()});
+  size_t first = 0;  // iov[first..] is what is left to write
+  while (first < iov.size()) {
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    const ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    auto left = static_cast<size_t>(n);
+    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    if (left) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return true;
+}
+
 static ReadStatus read_exact(int sock, char* buf, size_t n, int* fd_out) {
   size_t got = 0;
   while (got < n) {
@@ -139,6 +177,8 @@ static ReadStatus read_exact(int sock, char* buf, size_t n, int* fd_out) {
   }
   return ReadStatus::Ok;
 }
+
+ReadStatus read_bytes(int sock, char* buf, size_t n) { return read_exact(sock, buf, n, nullptr); }
 
 ReadStatus FrameReader::next(Frame& out) {
   out.fd.reset();

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loader/runtime/os/unique_fd.h"
@@ -41,6 +43,8 @@ enum class FrameType : uint8_t {
   IterEnd = 69,   ///< task index: the worker's iterable stream is exhausted
   Hello = 70,     ///< pid: sent first thing by run_worker_if_requested (start-up handshake)
   StreamStart = 71, ///< task, generator state, has state, state: how the iterable stream answering `task` began
+  // a worker host on another machine -> the main process, on the session's bulk stream
+  RemoteReply = 72, ///< head length, head (the generator states and the reply), the batch payload
 };
 
 const char* frame_type_name(FrameType t);
@@ -53,8 +57,15 @@ struct Frame {
 
 /// Writes one frame (and optionally passes `fd`).  Returns false when the peer is gone.
 bool write_frame(int sock, FrameType type, const std::string& body, int fd = -1);
+/// Writes one frame whose body is `parts` one after another, each from where it is (no
+/// copy into one body: a batch payload goes out as it is).  Returns false when the peer
+/// is gone or the socket's send timeout passed; throws RuntimeError for a body of 4 GiB
+/// or more (the frame's length is 32 bits).
+bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::string_view> parts);
 
 enum class ReadStatus { Ok, Eof, Timeout, Error };
+/// Reads exactly `n` bytes (no descriptor); Eof when the peer closed first.
+ReadStatus read_bytes(int sock, char* buf, size_t n);
 /// Reads one frame, waiting at most `timeout_ms` for its first byte (-1: forever).
 ReadStatus read_frame(int sock, Frame& out, int timeout_ms);
 

@@ -1,6 +1,7 @@
 #include "loader/runtime/child/remote_session.h"
 
 #include "loader/runtime/child/worker_actor.h"
+#include "loader/runtime/frames.h"
 #include "loader/runtime/remote_protocol.h"
 #include "loader/runtime/rng_state_page.h"
 
@@ -11,9 +12,11 @@ namespace {
 constexpr uint64_t kSessionPageSlots = 16;
 }  // namespace
 
-RemoteSession::RemoteSession(caf::actor_system& sys, caf::actor client, ServeCounters& counters)
+RemoteSession::RemoteSession(caf::actor_system& sys, caf::actor client, ServeCounters& counters,
+                             std::shared_ptr<BulkSink> bulk)
     : client_(std::move(client)),
       counters_(counters),
+      bulk_(std::move(bulk)),
       page_bytes_(RngStatePage::bytes_for(kSessionPageSlots)),
       exec_(sys),
       uplink_(spawn_uplink_actor(sys, this)),
@@ -41,19 +44,35 @@ void RemoteSession::result(WorkerReply& r) {
   if (auto a = page.last_after(); a && a->first == r.task) after = std::move(a->second);
   counters_.tasks_done.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_sent.fetch_add(static_cast<int64_t>(r.payload.size()), std::memory_order_relaxed);
+  const auto bytes = static_cast<int64_t>(r.payload.size());
+  if (bulk_ && bulk_->attached() &&
+      bulk_sent(bulk_->send_reply(RemoteReplyHead::encode(r, before, after), std::move(r.payload)))) {
+    counters_.bytes_bulk.fetch_add(bytes, std::memory_order_relaxed);
+    return;
+  }
   const uint64_t task = r.task;
   caf::anon_send(client_, result_msg{task, std::move(r), -1}, std::move(before), std::move(after));
 }
 
-void RemoteSession::ready() { caf::anon_send(client_, ready_atom::value); }
+bool RemoteSession::bulk_sent(BulkSink::Sent s) {
+  if (s == BulkSink::Sent::Broken) ended_ = true;  // the client is gone: nothing more to send
+  return s != BulkSink::Sent::NotAttached;
+}
+
+void RemoteSession::ready() {
+  if (bulk_ && bulk_sent(bulk_->send(FrameType::Ready, PidFrame{-1}.encode()))) return;
+  caf::anon_send(client_, ready_atom::value);
+}
 
 void RemoteSession::stream_start(uint64_t task, const StreamStart& start) {
+  if (bulk_ && bulk_sent(bulk_->send(FrameType::StreamStart, encode_stream_start(task, start)))) return;
   caf::anon_send(client_, stream_atom::value, task, start.rng, start.state.has_value(),
                  start.state.value_or(std::string()));
 }
 
 void RemoteSession::fatal(const std::string& type, const std::string& message, const std::string& when, int status) {
   ended_ = true;
+  if (bulk_ && bulk_sent(bulk_->send(FrameType::InitError, InitErrorFrame{type, message, when}.encode()))) return;
   caf::anon_send(client_, fatal_atom::value, type, message, when, static_cast<int32_t>(status));
 }
 

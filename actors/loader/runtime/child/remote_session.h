@@ -3,9 +3,11 @@
 // generator state page, driven one message at a time on the session actor's thread
 // (an InlineExecutor, as the child's WorkerHost drives them).  What the worker tells
 // its uplink goes to the client's link actor over CAF's network layer
-// (remote_protocol.h): each reply with its batch inline and the generator states its
-// task started from and ended with, read from the page between two tasks (nothing
-// runs then, so the latest After record is the task's own).
+// (remote_protocol.h): each reply with its batch and the generator states its task
+// started from and ended with, read from the page between two tasks (nothing runs then,
+// so the latest After record is the task's own).  Once the client attached its bulk
+// stream (`bulk`, child/bulk_listener.h), replies and events go there as frames; before
+// that, and without one, as BASP messages.
 //
 // Thread use: the session actor's (deliver, and the UplinkSink calls it causes).
 #pragma once
@@ -17,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "loader/runtime/child/bulk_listener.h"
 #include "loader/runtime/child/uplink_actor.h"
 #include "loader/runtime/inline_executor.h"
 #include "loader/runtime/protocol.h"
@@ -30,13 +33,15 @@ struct ServeCounters {
   std::atomic<int64_t> refused{0};       ///< clients refused (authentication, version)
   std::atomic<int64_t> tasks_done{0};
   std::atomic<int64_t> bytes_sent{0};    ///< reply payloads sent
+  std::atomic<int64_t> bytes_bulk{0};    ///< ... of them on bulk streams
 };
 
 class RemoteSession final : public UplinkSink {
  public:
   /// `client`: the main process's link actor of this slot (a proxy of CAF's network
-  /// layer); `counters` outlives the session.
-  RemoteSession(caf::actor_system& sys, caf::actor client, ServeCounters& counters);
+  /// layer); `counters` outlives the session; `bulk`: its bulk stream's sink, or null.
+  RemoteSession(caf::actor_system& sys, caf::actor client, ServeCounters& counters,
+                std::shared_ptr<BulkSink> bulk = nullptr);
   ~RemoteSession() override;
   RemoteSession(const RemoteSession&) = delete;
   RemoteSession& operator=(const RemoteSession&) = delete;
@@ -47,7 +52,7 @@ class RemoteSession final : public UplinkSink {
     exec_.send(worker_, std::forward<Ts>(xs)...);
     exec_.run();
   }
-  /// The worker said it cannot go on (its actor has quit).
+  /// The worker said it cannot go on (its actor has quit), or the bulk stream broke.
   bool ended() const { return ended_; }
 
   void result(WorkerReply& r) override;
@@ -56,8 +61,13 @@ class RemoteSession final : public UplinkSink {
   void fatal(const std::string& type, const std::string& message, const std::string& when, int status) override;
 
  private:
+  /// One event on the bulk stream: true when it went there (false: not attached, send
+  /// it over BASP); a broken stream ends the session.
+  bool bulk_sent(BulkSink::Sent s);
+
   caf::actor client_;
   ServeCounters& counters_;
+  std::shared_ptr<BulkSink> bulk_;
   std::unique_ptr<uint64_t[]> page_;  ///< the generator state page (aligned words)
   size_t page_bytes_ = 0;
   InlineExecutor exec_;

@@ -24,6 +24,7 @@
 
 #include "loader/error.h"
 #include "loader/runtime/actor_system.h"
+#include "loader/runtime/child/bulk_listener.h"
 #include "loader/runtime/child/remote_session.h"
 #include "loader/runtime/child/worker_core.h"
 #include "loader/runtime/remote_protocol.h"
@@ -38,12 +39,14 @@ struct ServeOptions {
   std::string tls_cert, tls_key, tls_ca;
   int64_t stats_every_ms = 0;
   int64_t timeout_ms = 10000;
+  int64_t bulk_port = 0;  ///< the bulk stream's port on the --listen host (0: a free one)
+  bool bulk = true;       ///< false: --no-bulk (every reply over BASP)
   bool tls() const { return !tls_cert.empty(); }
 };
 
 const char* kUsage =
     "usage: loader serve --listen HOST:PORT --token-file F [--tls-cert C --tls-key K --tls-ca A] "
-    "[--stats-every-ms MS] [--timeout-ms MS]";
+    "[--stats-every-ms MS] [--timeout-ms MS] [--bulk-port P | --no-bulk]";
 
 ServeOptions parse(int argc, char** argv) {
   ServeOptions o;
@@ -71,6 +74,10 @@ ServeOptions parse(int argc, char** argv) {
     else if (a == "--tls-ca") o.tls_ca = value();
     else if (a == "--stats-every-ms") o.stats_every_ms = number(value());
     else if (a == "--timeout-ms") o.timeout_ms = std::max<int64_t>(100, number(value()));
+    else if (a == "--bulk-port") {
+      o.bulk_port = number(value());
+      if (o.bulk_port > 65535) throw ValueError("loader serve: --bulk-port takes a port number (0-65535)");
+    } else if (a == "--no-bulk") o.bulk = false;
     else throw ValueError("loader serve: unknown option '" + a + "'; " + kUsage);
   }
   if (!listen) throw ValueError(std::string("loader serve: --listen HOST:PORT is required; ") + kUsage);
@@ -123,22 +130,27 @@ struct SessionState {
   static inline const char* name = "loader.remote_session";
 };
 
-/// One remote worker slot: the client's messages, in order, to the worker actor.
+/// One remote worker slot: the client's messages, in order, to the worker actor.  `sink`
+/// (null: none) is where the client attaches its bulk stream, with `key` at `bulk`.
 caf::behavior session_behavior(caf::stateful_actor<SessionState>* self, caf::actor client, ServeCounters* counters,
-                               std::chrono::milliseconds timeout) {
+                               std::chrono::milliseconds timeout, BulkListener* bulk, std::string key,
+                               std::shared_ptr<BulkSink> sink) {
   self->state.counters = counters;
   counters->clients.fetch_add(1);
   counters->sessions.fetch_add(1);
-  self->state.session = std::make_unique<RemoteSession>(self->system(), client, *counters);
+  self->state.session = std::make_unique<RemoteSession>(self->system(), client, *counters, sink);
   self->monitor(client);
   self->set_down_handler([self](caf::down_msg&) { self->quit(); });
-  self->attach_functor([counters] { counters->clients.fetch_sub(1); });
+  self->attach_functor([counters, bulk, key] {
+    counters->clients.fetch_sub(1);
+    if (bulk) bulk->close(key);
+  });
   auto refuse = [self, client](const std::string& type, const std::string& why) {
     self->send(client, fatal_atom::value, type, why, std::string(), int32_t{1});
   };
   return {
       [self](task_msg& t) {
-        if (self->state.session->ended()) return;
+        if (self->state.session->ended()) return self->quit();  // its bulk stream broke: the client is gone
         t.slab = kInlineSlab;  // nothing is shared with the client: every batch inline
         self->state.session->deliver(std::move(t));
       },
@@ -172,29 +184,34 @@ caf::behavior session_behavior(caf::stateful_actor<SessionState>* self, caf::act
   };
 }
 
-/// The published actor: checks a client's token before anything is built.
+/// The published actor: checks a client's token before anything is built.  `bulk`: the
+/// bulk listener (null: none, over TLS or with --no-bulk).
 caf::behavior gate_behavior(caf::event_based_actor* self, std::string token, ServeCounters* counters,
-                            std::chrono::milliseconds timeout) {
+                            std::chrono::milliseconds timeout, BulkListener* bulk) {
+  using Reply = std::tuple<bool, std::string, caf::actor, uint16_t, std::string>;
   return {
-      [self, token, counters, timeout](open_atom, uint64_t version, const std::string& presented,
-                                       caf::actor client) -> std::tuple<bool, std::string, caf::actor> {
+      [self, token, counters, timeout, bulk](open_atom, uint64_t version, const std::string& presented,
+                                             caf::actor client) -> Reply {
         if (version != kRemoteProtocolVersion) {
           counters->refused.fetch_add(1);
           log_line("refused a client speaking protocol version " + std::to_string(version) + " (this host: " +
                    std::to_string(kRemoteProtocolVersion) + ")");
           return {false, "protocol version " + std::to_string(version) + " against the host's " +
                              std::to_string(kRemoteProtocolVersion) + ": run the same loader release on both sides",
-                  caf::actor()};
+                  caf::actor(), uint16_t{0}, std::string()};
         }
         if (!client || !tokens_equal(presented, token)) {
           counters->refused.fetch_add(1);
           log_line("refused a client: authentication failed (wrong or missing token)");
-          return {false, "authentication failed (wrong or missing token)", caf::actor()};
+          return {false, "authentication failed (wrong or missing token)", caf::actor(), uint16_t{0}, std::string()};
         }
         // Detached: a session runs its worker's tasks on its own thread (deliver() blocks
         // while the worker computes), so the gate and other sessions never wait for one.
-        auto session = self->spawn<caf::detached>(session_behavior, client, counters, timeout);
-        return {true, "", caf::actor_cast<caf::actor>(session)};
+        // The sink is there before the reply: the client greets the bulk port at once.
+        std::string key = bulk ? new_bulk_key() : std::string();
+        std::shared_ptr<BulkSink> sink = bulk ? bulk->open(key) : nullptr;
+        auto session = self->spawn<caf::detached>(session_behavior, client, counters, timeout, bulk, key, sink);
+        return {true, "", caf::actor_cast<caf::actor>(session), bulk ? bulk->port() : uint16_t{0}, std::move(key)};
       },
   };
 }
@@ -222,7 +239,20 @@ int serve(int argc, char** argv) {
   try {
     ServeConfig cfg(o);
     auto sys = start_actor_system(cfg);
-    auto gate = sys->spawn(gate_behavior, o.token, &counters, std::chrono::milliseconds(o.timeout_ms));
+    // The bulk stream's port, on the host --listen names (none over TLS: CAF's OpenSSL
+    // module encrypts BASP only, and a batch must not cross unencrypted where TLS is asked for).
+    std::unique_ptr<BulkListener> bulk;
+    if (o.bulk && !o.tls()) {
+      try {
+        bulk = std::make_unique<BulkListener>(o.listen.host, static_cast<uint16_t>(o.bulk_port),
+                                              std::chrono::milliseconds(o.timeout_ms),
+                                              std::chrono::milliseconds(o.timeout_ms));
+      } catch (const Error& e) {
+        std::cerr << "loader serve: " << e.what() << " (--bulk-port P names another, --no-bulk does without)\n";
+        return 1;
+      }
+    }
+    auto gate = sys->spawn(gate_behavior, o.token, &counters, std::chrono::milliseconds(o.timeout_ms), bulk.get());
 #if LOADER_WITH_CAF_OPENSSL
     caf::expected<uint16_t> port = o.tls() ? caf::openssl::publish(gate, o.listen.port, o.listen.host.c_str())
                                            : sys->middleman().publish(gate, o.listen.port, o.listen.host.c_str());
@@ -235,7 +265,7 @@ int serve(int argc, char** argv) {
       return 1;
     }
     std::cout << "{\"listening\": \"" << o.listen.host << ":" << *port << "\", \"tls\": " << (o.tls() ? "true" : "false")
-              << "}" << std::endl;
+              << ", \"bulk_port\": " << (bulk ? bulk->port() : 0) << "}" << std::endl;
     const auto start = std::chrono::steady_clock::now();
     const int64_t period = o.stats_every_ms > 0 ? o.stats_every_ms : 1000;
     while (true) {
@@ -247,7 +277,9 @@ int serve(int argc, char** argv) {
         std::cout << "{\"t_s\": " << t << ", \"clients\": " << counters.clients.load()
                   << ", \"sessions\": " << counters.sessions.load() << ", \"refused\": " << counters.refused.load()
                   << ", \"tasks_done\": " << counters.tasks_done.load()
-                  << ", \"bytes_sent\": " << counters.bytes_sent.load() << "}" << std::endl;
+                  << ", \"bytes_sent\": " << counters.bytes_sent.load()
+                  << ", \"bytes_bulk\": " << counters.bytes_bulk.load()
+                  << ", \"bulk_refused\": " << (bulk ? bulk->refused() : 0) << "}" << std::endl;
       }
     }
     // Ends here, not through the actor system's destructor: that waits for every

@@ -7,6 +7,8 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include "loader/runtime/actor_system.h"
 #include "loader/runtime/frames.h"
 #include "loader/runtime/rng_state_page.h"
+#include "loader/warnings.h"
 
 namespace loader::runtime {
 
@@ -71,9 +74,10 @@ caf::actor_system& remote_system(const RemoteWorkerSpec& s) {
   return *sys;
 }
 
-/// A plain TCP connect to `a`, bounded by `timeout` (CAF's own connect has no bound: an
-/// unreachable host would hold the pool for minutes).  Throws RuntimeError saying why.
-void probe_connect(const HostPort& a, std::chrono::milliseconds timeout) {
+/// A plain TCP connection to `a`, bounded by `timeout` (CAF's own connect has no bound:
+/// an unreachable host would hold the pool for minutes), in blocking mode.  Throws
+/// RuntimeError saying why not.
+UniqueFd connect_bounded(const HostPort& a, std::chrono::milliseconds timeout) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
@@ -81,29 +85,64 @@ void probe_connect(const HostPort& a, std::chrono::milliseconds timeout) {
   if (int rc = getaddrinfo(a.host.c_str(), port.c_str(), &hints, &res); rc != 0)
     throw RuntimeError("cannot resolve the worker host " + a.text() + ": " + gai_strerror(rc));
   std::string why = "no address";
-  bool ok = false;
-  for (addrinfo* p = res; p && !ok; p = p->ai_next) {
-    const int fd = socket(p->ai_family, p->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, p->ai_protocol);
-    if (fd < 0) {
+  UniqueFd out;
+  for (addrinfo* p = res; p && !out; p = p->ai_next) {
+    UniqueFd fd(socket(p->ai_family, p->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, p->ai_protocol));
+    if (!fd) {
       why = std::strerror(errno);
       continue;
     }
-    if (connect(fd, p->ai_addr, p->ai_addrlen) == 0) {
+    bool ok = false;
+    if (connect(fd.get(), p->ai_addr, p->ai_addrlen) == 0) {
       ok = true;
     } else if (errno == EINPROGRESS) {
-      pollfd pfd{fd, POLLOUT, 0};
+      pollfd pfd{fd.get(), POLLOUT, 0};
       const int n = poll(&pfd, 1, static_cast<int>(timeout.count()));
       int err = 0;
       socklen_t len = sizeof err;
-      if (n == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) ok = true;
+      if (n == 1 && getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) ok = true;
       else why = n == 0 ? "no answer within " + std::to_string(timeout.count()) + " ms" : std::strerror(err ? err : errno);
     } else {
       why = std::strerror(errno);
     }
-    close(fd);
+    if (!ok) continue;
+    const int flags = fcntl(fd.get(), F_GETFL);
+    if (flags >= 0) fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+    out = std::move(fd);
   }
   freeaddrinfo(res);
-  if (!ok) throw RuntimeError("cannot connect to the worker host " + a.text() + ": " + why);
+  if (!out) throw RuntimeError("cannot connect to the worker host " + a.text() + ": " + why);
+  return out;
+}
+
+/// Attaches the bulk stream of a session (remote_protocol.h): connects to the host's
+/// bulk port, greets with the session's key and waits for the host's answer, all within
+/// `timeout`.  An empty UniqueFd when the port cannot be reached (the session goes on
+/// over BASP; `why` says why); throws RuntimeError when the host took the greeting but did
+/// not answer it.
+UniqueFd attach_bulk(const HostPort& bulk, const std::string& key, std::chrono::milliseconds timeout,
+                     std::string& why) {
+  UniqueFd fd;
+  try {
+    fd = connect_bounded(bulk, timeout);
+  } catch (const Error& e) {
+    why = e.what();
+    return UniqueFd();
+  }
+  const std::string hello = bulk_hello(key);
+  if (::send(fd.get(), hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size())) {
+    why = std::string("cannot greet the bulk port ") + bulk.text() + ": " + std::strerror(errno);
+    return UniqueFd();
+  }
+  pollfd pfd{fd.get(), POLLIN, 0};
+  char ack = 0;
+  if (poll(&pfd, 1, static_cast<int>(timeout.count())) != 1 || read_bytes(fd.get(), &ack, 1) != ReadStatus::Ok ||
+      ack != kBulkAck)
+    throw RuntimeError("the worker host's bulk port " + bulk.text() + " did not take this session's stream within " +
+                       std::to_string(timeout.count()) + " ms");
+  const int one = 1;
+  setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
 }
 
 /// Before-records on a remote worker's page: as a local one's.
@@ -249,7 +288,8 @@ RemoteTransport::~RemoteTransport() {
 void RemoteTransport::start(uint32_t gen) {
   caf::actor_system& sys = remote_system(spec_);
   const std::string where = spec_.address.text();
-  probe_connect(spec_.address, spec_.timeout);
+  end_bulk();  // the previous incarnation's stream, shut down when it was lost or stopped
+  connect_bounded(spec_.address, spec_.timeout);  // a probe, bounded: CAF's own connect is not
   caf::expected<caf::actor> gate = connect_gate(sys, spec_);
   if (!gate) {
     const std::string err = sys.render(gate.error());
@@ -266,14 +306,18 @@ void RemoteTransport::start(uint32_t gen) {
   bool ok = false;
   std::string why = "no answer within " + std::to_string(spec_.timeout.count()) + " ms";
   caf::actor session;
+  uint16_t bulk_port = 0;
+  std::string bulk_key;
   {
     caf::scoped_actor self{sys};
     self->request(*gate, spec_.timeout, open_atom::value, kRemoteProtocolVersion, spec_.token, client)
         .receive(
-            [&](bool accepted, std::string& reason, caf::actor& s) {
+            [&](bool accepted, std::string& reason, caf::actor& s, uint16_t port, std::string& key) {
               ok = accepted && s;
               why = reason;
               session = std::move(s);
+              bulk_port = port;
+              bulk_key = std::move(key);
             },
             [&](caf::error& e) { why = sys.render(e); });
   }
@@ -284,6 +328,28 @@ void RemoteTransport::start(uint32_t gen) {
                          why + ")");
     throw RuntimeError("the worker host at " + where + " refused the worker: " + why);
   }
+  // The bulk stream, attached before anything else goes to the session: its events all
+  // come one way from here.
+  std::shared_ptr<UniqueFd> bulk;
+  if (bulk_port != 0 && spec_.tls_cert.empty()) {
+    std::string bulk_why;
+    UniqueFd fd;
+    try {
+      fd = attach_bulk(HostPort{spec_.address.host, bulk_port}, bulk_key, spec_.timeout, bulk_why);
+    } catch (const Error&) {
+      caf::anon_send(session, bye_atom::value);
+      caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+      throw;
+    }
+    if (fd) bulk = std::make_shared<UniqueFd>(std::move(fd));
+    else if (!bulk_warned_) {
+      bulk_warned_ = true;
+      warn("the worker host at " + where + " has its bulk stream on port " + std::to_string(bulk_port) +
+           ", which this process cannot reach (" + bulk_why +
+           "): its batches come over CAF's connection instead, at a lower rate. Open that port (loader serve "
+           "--bulk-port P fixes it), or start the host with --no-bulk to say so.");
+    }
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     gen_ = gen;
@@ -291,7 +357,9 @@ void RemoteTransport::start(uint32_t gen) {
     client_ = client;
     lost_reported_ = false;
     in_flight_.clear();
+    bulk_ = bulk;
   }
+  if (bulk) bulk_reader_ = std::thread(read_bulk, inbox_, bulk, gen, where);
   inbox_->heard();
   caf::anon_send(client, open_atom::value, session);
   // Connected and authenticated: the incarnation's hello (the watchdog stops waiting).
@@ -312,6 +380,60 @@ void RemoteTransport::stop() {
   }
   if (session) caf::anon_send(session, bye_atom::value);
   if (client) caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  end_bulk();
+}
+
+void RemoteTransport::end_bulk() {
+  std::shared_ptr<UniqueFd> bulk;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    bulk = std::move(bulk_);
+    bulk_.reset();
+  }
+  if (bulk) ::shutdown(bulk->get(), SHUT_RDWR);  // wakes its reader; the reader's reference closes it
+  if (!bulk_reader_.joinable()) return;
+  if (bulk_reader_.get_id() == std::this_thread::get_id()) bulk_reader_.detach();  // called from its own events
+  else bulk_reader_.join();
+}
+
+void RemoteTransport::read_bulk(std::shared_ptr<Inbox> inbox, std::shared_ptr<UniqueFd> fd, uint32_t gen,
+                                std::string where) {
+  std::string why = where + ": its connection closed (the host or its server stopped, or the network dropped the "
+                            "connection)";
+  try {
+    while (true) {
+      char header[5];
+      if (read_bytes(fd->get(), header, 5) != ReadStatus::Ok) break;
+      uint32_t len = 0;
+      std::memcpy(&len, header, 4);
+      const auto type = static_cast<FrameType>(static_cast<uint8_t>(header[4]));
+      if (len == 0) throw RuntimeError("a frame of length 0");
+      const uint64_t body = len - 1;
+      if (type == FrameType::RemoteReply) {
+        uint64_t head_len = 0;
+        if (body < 8 || read_bytes(fd->get(), reinterpret_cast<char*>(&head_len), 8) != ReadStatus::Ok) break;
+        if (head_len > body - 8) throw RuntimeError("a RemoteReply frame whose head is longer than the frame");
+        std::string head(head_len, '\0');
+        std::string payload(body - 8 - head_len, '\0');
+        if (read_bytes(fd->get(), head.data(), head.size()) != ReadStatus::Ok ||
+            read_bytes(fd->get(), payload.data(), payload.size()) != ReadStatus::Ok)
+          break;
+        std::string before, after;
+        WorkerReply r = RemoteReplyHead::decode(head, std::move(payload), &before, &after);
+        result_msg m{r.task, std::move(r), -1};
+        inbox->reply(gen, m, before, after);
+      } else if (type == FrameType::Ready || type == FrameType::StreamStart || type == FrameType::InitError) {
+        std::string b(body, '\0');
+        if (read_bytes(fd->get(), b.data(), b.size()) != ReadStatus::Ok) break;
+        inbox->frame(gen, type, std::move(b));
+      } else {
+        throw RuntimeError(std::string("an unexpected ") + frame_type_name(type) + " frame");
+      }
+    }
+  } catch (const std::exception& e) {
+    why = where + ": its bulk stream cannot be read: " + e.what();
+  }
+  inbox->lost(gen, why);  // nothing when the incarnation was stopped or already lost
 }
 
 void RemoteTransport::say_shutdown() {
@@ -359,6 +481,10 @@ void RemoteTransport::lost(uint32_t gen, const std::string& why) {
     client = client_;
   }
   if (client) caf::anon_send_exit(client, caf::exit_reason::user_shutdown);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (gen == gen_ && bulk_) ::shutdown(bulk_->get(), SHUT_RDWR);  // its reader wakes and ends
+  }
   events_->on_down(worker_, gen, WorkerExit{WorkerExit::Kind::HostLost, 0, why});
 }
 

@@ -6,16 +6,20 @@
 // checkpoints resume a remote worker's random stream exactly as a local one's.
 //
 // An incarnation is one authenticated session: start() connects (a TCP probe bounded
-// by the timeout first: CAF's connect has none), presents the token, and gets the
-// session's handle; a client actor in the process's network actor system receives
-// what the session sends and pings it every second.  The host is declared lost, once
-// per incarnation and with one warning naming host:port (LinkEvents::on_down,
-// WorkerExit::HostLost), when its connection closes (a killed host, a server that
-// exited), when it sends nothing for `timeout` (frozen, cut off), or when a task gets no
-// answer within `timeout` (CAF leaves requests to a dead or frozen peer pending).
+// by the timeout first: CAF's connect has none), presents the token, gets the session's
+// handle, and attaches the session's bulk stream (remote_protocol.h), whose reader thread
+// receives the replies and events; a client actor in the process's network actor system
+// receives what the session sends over BASP (everything, without a bulk stream) and
+// pings it every second.  The host is declared lost, once per incarnation and with one
+// warning naming host:port (LinkEvents::on_down, WorkerExit::HostLost), when its
+// connection closes (a killed host, a server that exited: the session's proxy goes down
+// or the bulk stream ends), when it sends nothing for `timeout` (frozen, cut off), or
+// when a task gets no answer within `timeout` (CAF leaves requests to a dead or frozen
+// peer pending).
 //
-// Thread use as worker_transport.h says; the client actor's thread calls the pool's
-// LinkEvents, and the handle of the session and the tasks in flight are under mu_.
+// Thread use as worker_transport.h says; the client actor's thread and the bulk reader
+// call the pool's LinkEvents (through Inbox), and the handle of the session, the bulk
+// stream and the tasks in flight are under mu_.
 #pragma once
 
 #include <caf/all.hpp>
@@ -27,8 +31,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "loader/runtime/os/unique_fd.h"
 #include "loader/runtime/parent/worker_transport.h"
 #include "loader/runtime/remote_protocol.h"
 
@@ -88,8 +94,14 @@ class RemoteTransport final : public WorkerTransport {
   struct Inbox;
 
  private:
-  /// Declares incarnation `gen` lost (once): its client actor ends, the pool hears `why`.
+  /// Declares incarnation `gen` lost (once): its client actor ends, its bulk stream is
+  /// shut down, the pool hears `why`.
   void lost(uint32_t gen, const std::string& why);
+  /// The owner: shuts the bulk stream down and joins its reader.
+  void end_bulk();
+  /// The bulk stream's reader thread of incarnation `gen`: frames to the inbox until the
+  /// stream ends, then the loss (nothing when the incarnation was stopped first).
+  static void read_bulk(std::shared_ptr<Inbox> inbox, std::shared_ptr<UniqueFd> fd, uint32_t gen, std::string where);
 
   const int worker_;
   RemoteWorkerSpec spec_;            ///< address: where the next start() connects
@@ -103,6 +115,11 @@ class RemoteTransport final : public WorkerTransport {
   caf::actor client_;                ///< its client actor
   bool lost_reported_ = false;       ///< the incarnation was reported lost (or stopped)
   std::map<uint64_t, std::chrono::steady_clock::time_point> in_flight_;  ///< tasks sent, not answered
+  /// The incarnation's bulk stream (none: over BASP alone), shared with its reader,
+  /// whose reference closes it; the reader thread is the owner's (start, stop).
+  std::shared_ptr<UniqueFd> bulk_;
+  std::thread bulk_reader_;
+  bool bulk_warned_ = false;  ///< the owner's: an unreachable bulk port is said once
 
   std::unique_ptr<uint64_t[]> page_;  ///< the state page kept from the replies (aligned words)
   size_t page_bytes_ = 0;
