@@ -1,12 +1,11 @@
 #include "loader/runtime/wire.h"
 
-#include <limits.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <iterator>
 #include <cerrno>
 #include <cstring>
 
@@ -66,52 +65,10 @@ std::string Reader::rest() {
 }
 
 bool write_frame(int sock, FrameType type, const std::string& body, int fd) {
-  uint32_t len = static_cast<uint32_t>(body.size() + 1);
-  char header[5];
-  std::memcpy(header, &len, 4);
-  header[4] = static_cast<char>(type);
-  iovec iov[2] = {{header, 5}, {const_cast<char*>(body.data()), body.size()}};
-  msghdr msg{};
-  msg.msg_iov = iov;
-  msg.msg_iovlen = body.empty() ? 1 : 2;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  if (fd >= 0) {
-    std::memset(control, 0, sizeof control);
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
-  size_t total = 5 + body.size();
-  size_t sent = 0;
-  bool first = true;
-  while (sent < total) {
-    ssize_t n;
-    if (first) {
-      n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-    } else {
-      // Continue after a partial write (descriptor already sent with the first byte).
-      size_t off = sent;
-      if (off < 5) {
-        n = send(sock, header + off, 5 - off, MSG_NOSIGNAL);
-      } else {
-        n = send(sock, body.data() + (off - 5), total - off, MSG_NOSIGNAL);
-      }
-    }
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    first = false;
-    sent += static_cast<size_t>(n);
-  }
-  return true;
+  return write_frame_parts(sock, type, {body}, fd);
 }
 
-bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::string_view> parts) {
+bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::string_view> parts, int fd) {
   uint64_t body = 0;
   for (std::string_view p : parts) body += p.size();
   if (body + 1 > UINT32_MAX)
@@ -121,22 +78,41 @@ bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::stri
   char header[5];
   std::memcpy(header, &len, 4);
   header[4] = static_cast<char>(type);
-  std::vector<iovec> iov;
-  iov.push_back({header, 5});
-  for (std::string_view p : parts)
-    if (!p.empty()) iov.push_back({const_cast<char*>(p.data()), p.size()});
-  size_t first = 0;  // iov[first..] is what is left to write
-  while (first < iov.size()) {
+  iovec iov[8];
+  size_t count = 0;
+  iov[count++] = {header, 5};
+  for (std::string_view p : parts) {
+    if (p.empty()) continue;
+    if (count == std::size(iov)) throw RuntimeError("internal: a frame of more than 7 parts");
+    iov[count++] = {const_cast<char*>(p.data()), p.size()};
+  }
+  // The descriptor goes with the first sendmsg (its first byte); a partial write goes
+  // on from where it stopped.
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  bool with_fd = fd >= 0;
+  size_t first = 0;  // iov[first..count) is what is left to write
+  while (first < count) {
     msghdr msg{};
-    msg.msg_iov = iov.data() + first;
-    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    msg.msg_iov = iov + first;
+    msg.msg_iovlen = count - first;
+    if (with_fd) {
+      std::memset(control, 0, sizeof control);
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
     const ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       return false;
     }
+    with_fd = false;
     auto left = static_cast<size_t>(n);
-    while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+    while (first < count && left >= iov[first].iov_len) left -= iov[first++].iov_len;
     if (left) {
       iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
       iov[first].iov_len -= left;

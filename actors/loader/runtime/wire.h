@@ -55,13 +55,13 @@ struct Frame {
   UniqueFd fd;  ///< a received descriptor (the frame owns it until it is moved out), or none
 };
 
-/// Writes one frame (and optionally passes `fd`).  Returns false when the peer is gone.
+/// Writes one frame whose body is `parts` one after another (at most 7), each from where
+/// it is (no copy into one body: a batch payload goes out as it is), and optionally
+/// passes `fd` with it.  Returns false when the peer is gone or the socket's send timeout
+/// passed; throws RuntimeError for a body of 4 GiB or more (the frame's length is 32 bits).
+bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::string_view> parts, int fd = -1);
+/// write_frame_parts with one part.
 bool write_frame(int sock, FrameType type, const std::string& body, int fd = -1);
-/// Writes one frame whose body is `parts` one after another, each from where it is (no
-/// copy into one body: a batch payload goes out as it is).  Returns false when the peer
-/// is gone or the socket's send timeout passed; throws RuntimeError for a body of 4 GiB
-/// or more (the frame's length is 32 bits).
-bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::string_view> parts);
 
 enum class ReadStatus { Ok, Eof, Timeout, Error };
 /// Reads exactly `n` bytes (no descriptor); Eof when the peer closed first.
