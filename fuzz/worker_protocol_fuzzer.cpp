@@ -4,13 +4,15 @@
 // process reads back), the encoded value a remote session decodes its configuration from
 // with the check of its dataset handle (remote_protocol.h: remote_resource_error),
 // host:port parsing, the greeting a worker host's bulk port reads (parse_bulk_hello) and
-// the RemoteReply head the main process reads from a bulk stream.  CAF deserializes the network messages themselves.  The only
+// the RemoteReply head and batch skeleton the main process reads from a bulk stream.  CAF
+// deserializes the network messages themselves.  The only
 // acceptable failure is a loader::Error.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "loader/error.h"
+#include "loader/runtime/batch_codec.h"
 #include "loader/runtime/frames.h"
 #include "loader/runtime/remote_protocol.h"
 #include "loader/value.h"
@@ -52,6 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   guarded([&] { parse_host_port(body, "fuzz"); });
   if (auto key = parse_bulk_hello(body.data(), body.size()))
     if (bulk_hello(*key) != body) __builtin_trap();  // a greeting it takes is one it would send
-  guarded([&] { RemoteReplyHead::decode(body, std::string(), nullptr, nullptr); });
+  guarded([&] { RemoteReplyFrame::decode_head(body, nullptr, nullptr); });
+  // A skeleton allocates only what the data after it holds: here the input's size.
+  guarded([&] { unfilled_batch(body, size); });
   return 0;
 }

@@ -160,5 +160,65 @@ TEST(BatchCodec, PinnedLeaseMarksDecodedStoragesPinned) {
   EXPECT_FALSE(decode_batch(payload, 6, plain)[0].to_tensor().is_pinned());
 }
 
+// Over a byte stream: the skeleton, then the tensors' bytes read into tensors that
+// were allocated but not filled, give the batch back; the host's contiguous tensors
+// that only the batch holds are sent from where they are, the others copied first.
+TEST(BatchCodec, ASplitBatchFilledFromItsBytesIsTheBatch) {
+  const Value batch = sample_batch();
+  SplitBatch split = split_batch(batch);
+  ASSERT_EQ(split.tensors.size(), 7u);  // features, 2 labels, transposed, scalar, empty, flags
+  uint64_t sum = 0;
+  for (const Tensor& t : split.tensors) {
+    EXPECT_TRUE(t.is_contiguous());
+    sum += t.nbytes();
+  }
+  EXPECT_EQ(split.data_bytes, sum);
+  std::string data;
+  for (const Tensor& t : split.tensors) data.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
+
+  UnfilledBatch un = unfilled_batch(split.skeleton, data.size());
+  ASSERT_EQ(un.tensors.size(), split.tensors.size());
+  size_t at = 0;
+  for (const Tensor& t : un.tensors) {
+    if (t.nbytes()) std::memcpy(t.data_ptr(), data.data() + at, t.nbytes());
+    at += t.nbytes();
+  }
+  EXPECT_EQ(un.batch, batch);
+  EXPECT_TRUE(un.batch.at("transposed").to_tensor().is_contiguous());
+
+  // Sent from where they are: a tensor only the batch holds; copied: one the dataset holds too.
+  auto owned = Tensor::from_vector<float>({1, 2, 3});
+  const void* where = owned.data_ptr();
+  Value just_owned = Value::list({std::move(owned)});
+  EXPECT_EQ(split_batch(just_owned).tensors.at(0).data_ptr(), where);
+  auto kept = Tensor::from_vector<float>({1, 2, 3});
+  SplitBatch copied = split_batch(Value::list({kept}));
+  EXPECT_NE(copied.tensors.at(0).data_ptr(), kept.data_ptr());
+  EXPECT_TRUE(copied.tensors.at(0).equal(kept));
+}
+
+TEST(BatchCodec, ASkeletonThatClaimsMoreOrFewerBytesThanFollowIsRefusedBeforeAllocating) {
+  const SplitBatch split = split_batch(sample_batch());
+  EXPECT_NO_THROW(unfilled_batch(split.skeleton, split.data_bytes));
+  for (uint64_t wrong : {uint64_t{0}, split.data_bytes - 1, split.data_bytes + 1}) {
+    try {
+      unfilled_batch(split.skeleton, wrong);
+      ADD_FAILURE() << "a skeleton of " << split.data_bytes << " bytes of tensors was read against " << wrong;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("bytes of data that follow"), std::string::npos) << e.what();
+    }
+  }
+  // A tensor of 2^40 floats against 100 bytes: refused, not allocated.
+  SplitBatch one = split_batch(Value::list({Tensor::zeros({4}, DType::Float32)}));
+  std::string lying = one.skeleton;
+  const size_t size_at = lying.size() - 8;  // the tensor's only size, the skeleton's last field
+  const uint64_t big = uint64_t{1} << 40;
+  std::memcpy(&lying[size_at], &big, 8);
+  EXPECT_THROW(unfilled_batch(lying, 100), ValueError);
+  // Every cut of a skeleton is an error, never a read past its end.
+  for (size_t n = 0; n < split.skeleton.size(); ++n)
+    EXPECT_THROW(unfilled_batch(split.skeleton.substr(0, n), split.data_bytes), ValueError) << n;
+}
+
 }  // namespace
 }  // namespace loader::runtime

@@ -3,12 +3,21 @@
 // RuntimeError naming the frame, never a read past its end.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include "loader/error.h"
 #include "loader/generator.h"
 #include "loader/runtime/frames.h"
+#include "loader/runtime/os/unique_fd.h"
 
 namespace loader::runtime {
 namespace {
@@ -168,49 +177,104 @@ TEST(Frames, EveryReplyKindRoundTrips) {
   EXPECT_THROW(decode_reply(static_cast<uint8_t>(FrameType::Task), std::string(8, '\0')), RuntimeError);
 }
 
-// A remote worker's reply on its bulk stream: the head (generator states, the reply
-// without its payload) and the payload that follows it come back as the reply.
-TEST(Frames, ARemoteReplysHeadAndPayloadRoundTrip) {
-  std::vector<WorkerReply> replies(3);
+// A remote worker's reply on its bulk stream, through a socket: the head (generator
+// states, the reply without its batch), then a Result's batch, whose tensors are read
+// straight into the batch the main process gets.
+TEST(Frames, ARemoteReplyCrossesASocketWithItsBatchReadIntoItsTensors) {
+  std::vector<WorkerReply> replies(4);
   replies[0].kind = WorkerReply::Kind::Result;
   replies[0].task = 9;
-  replies[0].slab = kInlineSlab;
   replies[0].busy_ns = 123;
   replies[0].collate_ns = 45;
-  replies[0].payload = std::string("\0\1\2 the batch", 14);
+  replies[0].value = std::make_shared<Value>(Value::dict(
+      {{"x", Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3})},
+       {"t", Tensor::from_vector<int64_t>({1, 2, 3, 4}, {2, 2}).transpose(0, 1)},
+       {"y", Value::list({Tensor::zeros({0, 4}, DType::UInt8), Value("label"), Value(int64_t{7})})}}));
   replies[1].kind = WorkerReply::Kind::Error;
   replies[1].task = 10;
   replies[1].error_type = "ValueError";
   replies[1].error_message = "Caught ValueError in DataLoader worker process 1.";
   replies[2].kind = WorkerReply::Kind::IterEnd;
   replies[2].task = 11;
+  replies[3].kind = WorkerReply::Kind::Result;  // a batch already encoded, and one without a tensor
+  replies[3].task = 12;
+  encode_value(Value::tuple({Value(int64_t{1}), Value("two")}), replies[3].payload);
   const std::string before(Generator::kStateBytes, '\7'), after("after-state");
   for (const WorkerReply& r : replies) {
-    const std::string head = RemoteReplyHead::encode(r, before, after);
-    if (!r.payload.empty()) {
-      EXPECT_EQ(head.find(r.payload), std::string::npos) << "the payload is not in the head: it goes out as it is";
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    UniqueFd a(sv[0]), b(sv[1]);
+    const RemoteReplyFrame f = RemoteReplyFrame::encode(r, before, after);
+    std::vector<std::string_view> parts{f.front};
+    uint64_t body = f.front.size();
+    for (const Tensor& t : f.tensors) {
+      parts.emplace_back(static_cast<const char*>(t.data_ptr()), t.nbytes());
+      body += t.nbytes();
     }
-    std::string b, a;
-    const WorkerReply d = RemoteReplyHead::decode(head, r.payload, &b, &a);
+    std::thread writer([&] { EXPECT_TRUE(write_frame_parts(a.get(), FrameType::RemoteReply, parts)); });
+    char header[5];
+    ASSERT_EQ(read_bytes(b.get(), header, 5), ReadStatus::Ok);
+    uint32_t len = 0;
+    std::memcpy(&len, header, 4);
+    EXPECT_EQ(len, body + 1);
+    EXPECT_EQ(static_cast<FrameType>(header[4]), FrameType::RemoteReply);
+    WorkerReply d;
+    std::string got_before, got_after;
+    ASSERT_EQ(RemoteReplyFrame::read(b.get(), body, d, &got_before, &got_after), ReadStatus::Ok);
+    writer.join();
     EXPECT_EQ(d.kind, r.kind);
     EXPECT_EQ(d.task, r.task);
     EXPECT_EQ(d.busy_ns, r.busy_ns);
     EXPECT_EQ(d.collate_ns, r.collate_ns);
-    EXPECT_EQ(d.payload, r.payload);
     EXPECT_EQ(d.error_type, r.error_type);
     EXPECT_EQ(d.error_message, r.error_message);
-    EXPECT_EQ(b, before);
-    EXPECT_EQ(a, after);
-    expect_only_whole_bodies(head, [&](const std::string& h) { RemoteReplyHead::decode(h, r.payload, nullptr, nullptr); },
+    EXPECT_TRUE(d.payload.empty());
+    if (r.kind == WorkerReply::Kind::Result) {
+      ASSERT_TRUE(d.value);
+      EXPECT_EQ(*d.value, r.value ? *r.value : decode_value(r.payload));
+    } else {
+      EXPECT_FALSE(d.value);
+    }
+    EXPECT_EQ(got_before, before);
+    EXPECT_EQ(got_after, after);
+    // The head alone refuses every cut of itself.
+    Reader in(f.front);
+    const std::string head = in.string();
+    expect_only_whole_bodies(head, [&](const std::string& h) { RemoteReplyFrame::decode_head(h, nullptr, nullptr); },
                              r.kind == WorkerReply::Kind::Result);
   }
-  // A payload after a reply that has none is refused, naming the frame.
+}
+
+// A body whose parts claim more than the frame holds, or bytes after a reply that has
+// none, is refused naming the frame; a stream that ends inside the batch is not Ok.
+TEST(Frames, ARemoteReplyThatLiesAboutItsPartsIsRefused) {
+  auto read_body = [](const std::string& body, uint64_t claimed) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) throw std::runtime_error("socketpair");
+    UniqueFd a(sv[0]), b(sv[1]);
+    EXPECT_EQ(::write(a.get(), body.data(), body.size()), static_cast<ssize_t>(body.size()));
+    ::shutdown(a.get(), SHUT_WR);
+    WorkerReply d;
+    return RemoteReplyFrame::read(b.get(), claimed, d, nullptr, nullptr);
+  };
+  WorkerReply error;
+  error.kind = WorkerReply::Kind::Error;
+  error.error_type = "ValueError";
+  const std::string front = RemoteReplyFrame::encode(error, "", "").front;
+  EXPECT_EQ(read_body(front, front.size()), ReadStatus::Ok);
   try {
-    RemoteReplyHead::decode(RemoteReplyHead::encode(replies[1], "", ""), "stray", nullptr, nullptr);
-    ADD_FAILURE() << "a payload after an Error reply was read";
+    read_body(front + "stray", front.size() + 5);
+    ADD_FAILURE() << "bytes after an Error reply were read";
   } catch (const RuntimeError& e) {
     EXPECT_NE(std::string(e.what()).find("RemoteReply"), std::string::npos) << e.what();
   }
+  EXPECT_THROW(read_body(front, front.size() - 1), RuntimeError);  // the head is longer than the body
+  WorkerReply result;
+  result.value = std::make_shared<Value>(Value::list({Tensor::zeros({1000}, DType::Float32)}));
+  const RemoteReplyFrame f = RemoteReplyFrame::encode(result, "", "");
+  ASSERT_EQ(f.tensors.size(), 1u);
+  EXPECT_THROW(read_body(f.front, f.front.size() + 10), RuntimeError);    // 10 bytes for 4000
+  EXPECT_EQ(read_body(f.front, f.front.size() + 4000), ReadStatus::Eof);  // the stream ends inside the batch
 }
 
 }  // namespace

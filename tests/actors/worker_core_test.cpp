@@ -247,18 +247,25 @@ TEST(WorkerCore, ATaskSentForAnInlineBatchCarriesItsBytesInTheReplyAndTouchesNoS
   ASSERT_EQ(r.kind, WorkerReply::Kind::Result) << r.error_message;
   EXPECT_EQ(r.task, 3u);
   EXPECT_EQ(r.slab, 0u);  // the main process decodes it without a slab
-  Value batch = decode_value(r.payload);
+  ASSERT_TRUE(r.value) << "the batch is kept as it is: what sends it encodes it";
+  EXPECT_TRUE(r.payload.empty());
+  Value batch = *r.value;
   ASSERT_EQ(batch.size(), 5u);
   EXPECT_EQ(column(batch, 0), (std::vector<int64_t>{4, 0, 7}));
   for (size_t k = 0; k < 5; ++k) EXPECT_FALSE(inside(batch[k].to_tensor(), *seg)) << "column " << k;
   const auto* bytes = static_cast<const unsigned char*>(seg->data());
   EXPECT_TRUE(std::all_of(bytes, bytes + seg->size(), [](unsigned char c) { return c == 0xAB; }));
-  // The reply crosses as a Result frame like any other.
+  // The reply crosses as a Result frame like any other, the batch encoded in it; so
+  // does the message CAF serializes for a remote worker without a bulk stream.
   auto [type, body] = encode_reply(r);
   WorkerReply back = decode_reply(type, body);
   EXPECT_EQ(back.kind, WorkerReply::Kind::Result);
   EXPECT_EQ(back.slab, 0u);
-  EXPECT_EQ(back.payload, r.payload);
+  EXPECT_FALSE(back.value);
+  EXPECT_EQ(decode_value(back.payload), batch);
+  encode_inline_batch(r);
+  EXPECT_FALSE(r.value);
+  EXPECT_EQ(r.payload, back.payload);
 }
 TEST(WorkerCore, DatasetErrorBecomesAnErrorReplyNamingTheWorkerAndTheOriginalMessage) {
   WorkerCore core(probe_config(10, 4));

@@ -113,4 +113,86 @@ Value decode_batch(const std::string& payload, uint64_t slab_id, const std::shar
   return decode_value(payload, &dec);
 }
 
+namespace {
+/// Writes each tensor as dtype and sizes; the tensors' bytes go after the skeleton.
+class SplitEncoder final : public TensorCodec {
+ public:
+  explicit SplitEncoder(SplitBatch& out) : out_(out) {}
+  bool encode(const Tensor& t, std::string& out) override {
+    out.push_back(static_cast<char>(t.dtype()));
+    loader::put_u64(out, t.sizes().size());
+    for (int64_t x : t.sizes()) loader::put_u64(out, static_cast<uint64_t>(x));
+    out_.tensors.push_back(t.is_contiguous() && t.storage().use_count() == 1 ? t : t.clone());
+    out_.data_bytes += t.nbytes();
+    return true;
+  }
+  Tensor decode(const char*&, const char*) override { throw RuntimeError("SplitEncoder cannot decode"); }
+
+ private:
+  SplitBatch& out_;
+};
+
+/// Allocates each tensor the skeleton names, counting its bytes against the data that follows.
+class UnfilledDecoder final : public TensorCodec {
+ public:
+  UnfilledDecoder(UnfilledBatch& out, uint64_t data_bytes) : out_(out), left_(data_bytes) {}
+  bool encode(const Tensor&, std::string&) override { return false; }
+  Tensor decode(const char*& p, const char* end) override {
+    if (p >= end) throw ValueError("batch skeleton: truncated tensor");
+    const auto dt = static_cast<uint8_t>(*p++);
+    if (dt >= kNumDTypes) throw ValueError("batch skeleton: bad dtype " + std::to_string(dt));
+    const uint64_t nd = get_u64(p, end);
+    if (nd > 64) throw ValueError("batch skeleton: a tensor with " + std::to_string(nd) + " dimensions");
+    std::vector<int64_t> sizes(nd);
+    // The bytes must be in the frame before anything is allocated for them, and the
+    // sizes ones the tensor's shape arithmetic can hold (a zero size makes no data).
+    constexpr uint64_t kMaxElements = uint64_t{1} << 48;
+    uint64_t nonzero = 1;
+    bool empty = false;
+    for (auto& x : sizes) {
+      const uint64_t s = get_u64(p, end);
+      if (s == 0) {
+        empty = true;
+      } else {
+        if (s > kMaxElements || nonzero > kMaxElements / s) throw ValueError("batch skeleton: tensor sizes too large");
+        nonzero *= s;
+      }
+      x = static_cast<int64_t>(s);
+    }
+    const uint64_t bytes = empty ? 0 : nonzero * element_size(static_cast<DType>(dt));
+    if (!empty && nonzero > left_ / element_size(static_cast<DType>(dt)))
+      throw ValueError("batch skeleton: its tensors need more than the " + std::to_string(total_ + left_) +
+                       " bytes of data that follow it");
+    left_ -= bytes;
+    total_ += bytes;
+    Tensor t = Tensor::empty(Dims(sizes), static_cast<DType>(dt));
+    out_.tensors.push_back(t);
+    return t;
+  }
+  uint64_t left() const { return left_; }
+
+ private:
+  UnfilledBatch& out_;
+  uint64_t left_;
+  uint64_t total_ = 0;
+};
+}  // namespace
+
+SplitBatch split_batch(const Value& batch) {
+  SplitBatch out;
+  SplitEncoder enc(out);
+  encode_value(batch, out.skeleton, &enc);
+  return out;
+}
+
+UnfilledBatch unfilled_batch(const std::string& skeleton, uint64_t data_bytes) {
+  UnfilledBatch out;
+  UnfilledDecoder dec(out, data_bytes);
+  out.batch = decode_value(skeleton, &dec);
+  if (dec.left() != 0)
+    throw ValueError("batch skeleton: its tensors take " + std::to_string(data_bytes - dec.left()) + " of the " +
+                     std::to_string(data_bytes) + " bytes of data that follow it");
+  return out;
+}
+
 }  // namespace loader::runtime

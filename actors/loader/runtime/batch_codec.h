@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "loader/storage.h"
 #include "loader/value.h"
@@ -73,5 +74,36 @@ class BatchLease {
 /// Decodes `payload` into tensors viewing `lease`'s slab.  Throws ValueError when a
 /// descriptor points outside the slab.
 Value decode_batch(const std::string& payload, uint64_t slab_id, const std::shared_ptr<BatchLease>& lease);
+
+// ------------------------------------------------------------------ over a byte stream
+// How a batch crosses a byte stream (a remote worker's bulk stream, remote_protocol.h)
+// with no copy on either side: its skeleton, the batch encoded with every tensor as a
+// reference (dtype and sizes), then each tensor's bytes, contiguous, in the skeleton's
+// order.  The host writes the bytes from where collate put them (split_batch); the main
+// process decodes the skeleton into tensors that are allocated but not filled
+// (unfilled_batch) and reads the bytes straight into them.
+
+/// A batch split for a byte stream.
+struct SplitBatch {
+  std::string skeleton;
+  std::vector<Tensor> tensors;  ///< contiguous, in the skeleton's order: their bytes follow it
+  uint64_t data_bytes = 0;      ///< the sum of their nbytes()
+};
+/// Splits `batch`.  Its tensors are shared, not copied, unless one is not contiguous or
+/// its storage is held by something besides `batch` (the dataset's own buffer, another
+/// tensor of the batch): that one is copied, so that nothing the host does while the
+/// bytes wait to be sent can change them.
+SplitBatch split_batch(const Value& batch);
+
+/// The batch a skeleton describes, and its tensors in the skeleton's order, to be filled
+/// with the `data_bytes` bytes that follow the skeleton.
+struct UnfilledBatch {
+  Value batch;
+  std::vector<Tensor> tensors;
+};
+/// Throws ValueError when the skeleton is malformed or its tensors do not add up to
+/// exactly `data_bytes` bytes; the sizes are checked against `data_bytes` as they are
+/// read, before anything is allocated for them.
+UnfilledBatch unfilled_batch(const std::string& skeleton, uint64_t data_bytes);
 
 }  // namespace loader::runtime

@@ -5,6 +5,7 @@
 
 #include "loader/error.h"
 #include "loader/generator.h"
+#include "loader/runtime/batch_codec.h"
 
 namespace loader::runtime {
 
@@ -226,7 +227,8 @@ std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
       put_u64(body, r.bytes);
       put_u64(body, r.busy_ns);
       put_u64(body, r.collate_ns);
-      body += r.payload;
+      if (r.value) encode_value(*r.value, body);  // an inline batch, encoded once, here
+      else body += r.payload;
       return {static_cast<uint8_t>(FrameType::Result), body};
     case WorkerReply::Kind::Need:
       put_u64(body, r.bytes);
@@ -240,6 +242,13 @@ std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
     case WorkerReply::Kind::IterEnd: return {static_cast<uint8_t>(FrameType::IterEnd), body};
   }
   return {0, body};
+}
+
+void encode_inline_batch(WorkerReply& r) {
+  if (!r.value) return;
+  r.payload.clear();
+  encode_value(*r.value, r.payload);
+  r.value.reset();
 }
 
 bool is_reply(FrameType type) {
@@ -300,8 +309,8 @@ std::pair<uint64_t, StreamStart> decode_stream_start(const std::string& body) {
   });
 }
 
-std::string RemoteReplyHead::encode(const WorkerReply& r, const std::string& before, const std::string& after) {
-  WorkerReply shell;  // r without its payload, which goes out after the head as it is
+RemoteReplyFrame RemoteReplyFrame::encode(const WorkerReply& r, const std::string& before, const std::string& after) {
+  WorkerReply shell;  // r without its batch, which goes out after the head
   shell.kind = r.kind;
   shell.task = r.task;
   shell.slab = r.slab;
@@ -316,11 +325,16 @@ std::string RemoteReplyHead::encode(const WorkerReply& r, const std::string& bef
   put_string(head, after);
   put_u64(head, type);
   head += body;
-  return head;
+  RemoteReplyFrame f;
+  put_string(f.front, head);
+  if (r.kind != WorkerReply::Kind::Result) return f;
+  SplitBatch split = split_batch(r.value ? *r.value : decode_value(r.payload));
+  put_string(f.front, split.skeleton);
+  f.tensors = std::move(split.tensors);
+  return f;
 }
 
-WorkerReply RemoteReplyHead::decode(const std::string& head, std::string payload, std::string* before,
-                                    std::string* after) {
+WorkerReply RemoteReplyFrame::decode_head(const std::string& head, std::string* before, std::string* after) {
   auto [b, a, type, body] = decoding(kType, head, [](Reader& in) {
     std::string states[2];
     states[0] = in.string();
@@ -330,13 +344,50 @@ WorkerReply RemoteReplyHead::decode(const std::string& head, std::string payload
     return std::make_tuple(std::move(states[0]), std::move(states[1]), static_cast<uint8_t>(t), in.rest());
   });
   WorkerReply r = decode_reply(type, body);
-  if (r.kind != WorkerReply::Kind::Result && !payload.empty())
-    throw RuntimeError(std::string("a RemoteReply frame: a ") + frame_type_name(static_cast<FrameType>(type)) +
-                       " reply with " + std::to_string(payload.size()) + " bytes of payload");
-  r.payload = std::move(payload);
+  if (r.kind == WorkerReply::Kind::Result && !r.payload.empty())
+    throw RuntimeError("a RemoteReply frame whose head holds " + std::to_string(r.payload.size()) +
+                       " bytes of a batch");
   if (before) *before = std::move(b);
   if (after) *after = std::move(a);
   return r;
+}
+
+ReadStatus RemoteReplyFrame::read(int sock, uint64_t body, WorkerReply& out, std::string* before, std::string* after) {
+  // One length-prefixed part of what is left of the body.
+  uint64_t left = body;
+  std::string part;
+  auto read_part = [&](const char* what) {
+    uint64_t n = 0;
+    if (left < 8) throw RuntimeError(std::string("a RemoteReply frame of ") + std::to_string(body) + " bytes ends before its " + what);
+    if (ReadStatus st = read_bytes(sock, reinterpret_cast<char*>(&n), 8); st != ReadStatus::Ok) return st;
+    left -= 8;
+    if (n > left)
+      throw RuntimeError(std::string("a RemoteReply frame of ") + std::to_string(body) + " bytes with a " + what +
+                         " of " + std::to_string(n));
+    part.assign(n, '\0');
+    left -= n;
+    return read_bytes(sock, part.data(), n);
+  };
+  if (ReadStatus st = read_part("head"); st != ReadStatus::Ok) return st;
+  out = decode_head(part, before, after);
+  if (out.kind != WorkerReply::Kind::Result) {
+    if (left)
+      throw RuntimeError("a RemoteReply frame with " + std::to_string(left) +
+                         " bytes after a reply that has no batch");
+    return ReadStatus::Ok;
+  }
+  if (ReadStatus st = read_part("batch skeleton"); st != ReadStatus::Ok) return st;
+  UnfilledBatch batch;
+  try {
+    batch = unfilled_batch(part, left);
+  } catch (const std::exception& e) {
+    throw RuntimeError(std::string("a RemoteReply frame's batch cannot be read: ") + e.what());
+  }
+  for (const Tensor& t : batch.tensors)
+    if (t.nbytes())
+      if (ReadStatus st = read_bytes(sock, static_cast<char*>(t.data_ptr()), t.nbytes()); st != ReadStatus::Ok) return st;
+  out.value = std::make_shared<Value>(std::move(batch.batch));
+  return ReadStatus::Ok;
 }
 
 }  // namespace loader::runtime

@@ -12,11 +12,13 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "loader/runtime/epoch.h"
 #include "loader/runtime/protocol.h"
 #include "loader/runtime/wire.h"
 #include "loader/sampler.h"
+#include "loader/tensor.h"
 
 namespace loader::runtime {
 
@@ -129,6 +131,9 @@ struct InitErrorFrame {
 
 /// Result, Need, TaskError, IterEnd: a worker's reply, as the frame type and body.
 std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r);
+/// An inline batch (WorkerReply::value) into the reply's payload, for a message that
+/// crosses to another process some other way (CAF serializes the payload, never the value).
+void encode_inline_batch(WorkerReply& r);
 /// Parses a Result/Need/TaskError/IterEnd frame body (`type` as in wire.h).
 WorkerReply decode_reply(uint8_t type, const std::string& body);
 /// True for the frame types decode_reply reads.
@@ -137,14 +142,22 @@ bool is_reply(FrameType type);
 /// RemoteReply: a reply of a worker on another host, on its session's bulk stream
 /// (remote_protocol.h), with the generator states its task started from and ended with.
 /// Body: u64 head length, the head (the states, the reply's frame type and its body
-/// without the payload), then a Result's payload, which the host writes from where it
-/// is and the main process reads straight into the reply.
-struct RemoteReplyHead {
+/// without the batch); for a Result, then u64 skeleton length, the batch's skeleton and
+/// its tensors' bytes (batch_codec.h: split_batch).  The host writes those bytes from
+/// where collate put them; the main process reads them straight into the batch's tensors.
+struct RemoteReplyFrame {
   static constexpr FrameType kType = FrameType::RemoteReply;
-  /// The head of `r`: everything but r.payload.
-  static std::string encode(const WorkerReply& r, const std::string& before, const std::string& after);
-  /// The reply from its head and the payload that followed it.
-  static WorkerReply decode(const std::string& head, std::string payload, std::string* before, std::string* after);
+  std::string front;            ///< the body up to the tensors' bytes
+  std::vector<Tensor> tensors;  ///< whose bytes follow `front`, in order
+  /// The frame of `r` (a Result's batch: r.value, or else its encoded payload).
+  static RemoteReplyFrame encode(const WorkerReply& r, const std::string& before, const std::string& after);
+  /// The reply from its head (the states into `before`/`after` when given); a Result
+  /// has no batch yet.
+  static WorkerReply decode_head(const std::string& head, std::string* before, std::string* after);
+  /// Reads the body of a RemoteReply frame of `body` bytes from `sock` (its 5-byte header
+  /// read already) into `out`, a Result's tensors straight from the socket.  Not Ok when
+  /// the stream ended or broke first; throws RuntimeError when the body is malformed.
+  static ReadStatus read(int sock, uint64_t body, WorkerReply& out, std::string* before, std::string* after);
 };
 
 /// StreamStart: how the stream answering `task` began.

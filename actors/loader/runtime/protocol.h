@@ -32,10 +32,12 @@
 #include <caf/all.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "loader/runtime/worker_exit.h"  // link k's down message
+#include "loader/runtime/worker_exit.h"
+#include "loader/value.h"  // link k's down message
 
 namespace loader::runtime {
 
@@ -64,6 +66,11 @@ struct WorkerReply {
   uint64_t slab = 0;
   uint64_t bytes = 0;         ///< Result: bytes used in the slab; Need: bytes required
   std::string payload;        ///< Result: the encoded batch (descriptors into the slab)
+  /// Result of an inline task (kInlineSlab), in the process that holds it: the batch
+  /// itself, not encoded (payload is empty then).  Never serialized: what sends the
+  /// reply to another process encodes it (encode_reply, encode_inline_batch, the bulk
+  /// stream's split_batch), and the bulk stream's reader in the main process fills it.
+  std::shared_ptr<Value> value;
   std::string error_type;     ///< Error: Python-style exception type
   std::string error_message;  ///< Error: "Caught ... in DataLoader worker process N ..."
   /// Result, Error: nanoseconds the worker spent on the task (fetch, collate, the copy

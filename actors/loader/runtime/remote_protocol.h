@@ -47,7 +47,7 @@
 namespace loader::runtime {
 
 /// Raised when the two sides speak different versions of this protocol.
-constexpr uint64_t kRemoteProtocolVersion = 3;  // 2: WorkerReply carries collate_ns; 3: the bulk stream
+constexpr uint64_t kRemoteProtocolVersion = 4;  // 2: WorkerReply carries collate_ns; 3: the bulk stream; 4: batches split on it
 
 /// The bulk stream's greeting: 8 bytes of magic, then the session's key (kBulkKeyBytes
 /// random bytes the open reply gave); the host answers kBulkAck once the session's sink

@@ -5,6 +5,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <iterator>
 #include <cerrno>
 #include <cstring>
@@ -68,9 +70,10 @@ bool write_frame(int sock, FrameType type, const std::string& body, int fd) {
   return write_frame_parts(sock, type, {body}, fd);
 }
 
-bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::string_view> parts, int fd) {
+namespace {
+bool write_parts(int sock, FrameType type, const std::string_view* parts, size_t nparts, int fd) {
   uint64_t body = 0;
-  for (std::string_view p : parts) body += p.size();
+  for (size_t i = 0; i < nparts; ++i) body += parts[i].size();
   if (body + 1 > UINT32_MAX)
     throw RuntimeError(std::string("a ") + frame_type_name(type) + " frame of " + std::to_string(body) +
                        " bytes is larger than a frame can be (4 GiB): use a smaller batch_size");
@@ -78,23 +81,26 @@ bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::stri
   char header[5];
   std::memcpy(header, &len, 4);
   header[4] = static_cast<char>(type);
-  iovec iov[8];
+  iovec stack[16];
+  std::vector<iovec> heap;
+  iovec* iov = stack;
+  if (nparts + 1 > std::size(stack)) {
+    heap.resize(nparts + 1);
+    iov = heap.data();
+  }
   size_t count = 0;
   iov[count++] = {header, 5};
-  for (std::string_view p : parts) {
-    if (p.empty()) continue;
-    if (count == std::size(iov)) throw RuntimeError("internal: a frame of more than 7 parts");
-    iov[count++] = {const_cast<char*>(p.data()), p.size()};
-  }
+  for (size_t i = 0; i < nparts; ++i)
+    if (!parts[i].empty()) iov[count++] = {const_cast<char*>(parts[i].data()), parts[i].size()};
   // The descriptor goes with the first sendmsg (its first byte); a partial write goes
-  // on from where it stopped.
+  // on from where it stopped.  At most IOV_MAX parts a call.
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
   bool with_fd = fd >= 0;
   size_t first = 0;  // iov[first..count) is what is left to write
   while (first < count) {
     msghdr msg{};
     msg.msg_iov = iov + first;
-    msg.msg_iovlen = count - first;
+    msg.msg_iovlen = std::min<size_t>(count - first, IOV_MAX);
     if (with_fd) {
       std::memset(control, 0, sizeof control);
       msg.msg_control = control;
@@ -119,6 +125,15 @@ bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::stri
     }
   }
   return true;
+}
+}  // namespace
+
+bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::string_view> parts, int fd) {
+  return write_parts(sock, type, parts.begin(), parts.size(), fd);
+}
+
+bool write_frame_parts(int sock, FrameType type, const std::vector<std::string_view>& parts, int fd) {
+  return write_parts(sock, type, parts.data(), parts.size(), fd);
 }
 
 static ReadStatus read_exact(int sock, char* buf, size_t n, int* fd_out) {

@@ -60,6 +60,8 @@ struct Frame {
 /// passes `fd` with it.  Returns false when the peer is gone or the socket's send timeout
 /// passed; throws RuntimeError for a body of 4 GiB or more (the frame's length is 32 bits).
 bool write_frame_parts(int sock, FrameType type, std::initializer_list<std::string_view> parts, int fd = -1);
+/// The same, for any number of parts (a batch's tensors).
+bool write_frame_parts(int sock, FrameType type, const std::vector<std::string_view>& parts, int fd = -1);
 /// write_frame_parts with one part.
 bool write_frame(int sock, FrameType type, const std::string& body, int fd = -1);
 

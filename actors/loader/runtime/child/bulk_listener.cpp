@@ -42,12 +42,8 @@ BulkSink::Sent BulkSink::queue(Out out) {
 
 BulkSink::Sent BulkSink::send(FrameType type, std::string body) { return queue(Out{type, std::move(body), {}}); }
 
-BulkSink::Sent BulkSink::send_reply(const std::string& head, std::string payload) {
-  std::string h(8, '\0');
-  const uint64_t n = head.size();
-  std::memcpy(h.data(), &n, 8);
-  h += head;
-  return queue(Out{FrameType::RemoteReply, std::move(h), std::move(payload)});
+BulkSink::Sent BulkSink::send_reply(RemoteReplyFrame frame) {
+  return queue(Out{FrameType::RemoteReply, std::move(frame.front), std::move(frame.tensors)});
 }
 
 void BulkSink::write_loop() {
@@ -59,7 +55,11 @@ void BulkSink::write_loop() {
     out_.pop_front();
     const int fd = fd_.get();
     l.unlock();  // fd_ is only reset on this thread, below, or by the destructor after the join
-    const bool ok = write_frame_parts(fd, o.type, {o.head, o.payload});
+    std::vector<std::string_view> parts;
+    parts.reserve(1 + o.tensors.size());
+    parts.emplace_back(o.front);
+    for (const Tensor& t : o.tensors) parts.emplace_back(static_cast<const char*>(t.data_ptr()), t.nbytes());
+    const bool ok = write_frame_parts(fd, o.type, parts);
     l.lock();
     if (!ok) {
       broken_ = true;  // the client is gone, frozen or cut off: the session ends

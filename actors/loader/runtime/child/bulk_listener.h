@@ -26,8 +26,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "loader/runtime/os/unique_fd.h"
+#include "loader/runtime/frames.h"
 #include "loader/runtime/wire.h"
 
 namespace loader::runtime {
@@ -42,8 +44,9 @@ class BulkSink {
   BulkSink& operator=(const BulkSink&) = delete;
   /// One frame to the client, if it attached (queued).
   Sent send(FrameType type, std::string body);
-  /// A RemoteReply: its head, then `payload`, moved in and written as it is.
-  Sent send_reply(const std::string& head, std::string payload);
+  /// A RemoteReply: its front, then its tensors' bytes from where they are (the sink
+  /// holds the tensors until they are written).
+  Sent send_reply(RemoteReplyFrame frame);
   bool attached() const;
   /// The listener's thread: the client greeted with this sink's key.  False when the
   /// sink has a connection already (a second greeting with one key is refused).
@@ -52,8 +55,8 @@ class BulkSink {
  private:
   struct Out {
     FrameType type;
-    std::string head;  ///< the body, or a RemoteReply's length-prefixed head
-    std::string payload;
+    std::string front;            ///< the body, or a RemoteReply's front
+    std::vector<Tensor> tensors;  ///< a RemoteReply's tensors: their bytes follow
   };
   Sent queue(Out out);
   void write_loop();

@@ -43,13 +43,18 @@ void RemoteSession::result(WorkerReply& r) {
   std::string after;
   if (auto a = page.last_after(); a && a->first == r.task) after = std::move(a->second);
   counters_.tasks_done.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes_sent.fetch_add(static_cast<int64_t>(r.payload.size()), std::memory_order_relaxed);
-  const auto bytes = static_cast<int64_t>(r.payload.size());
-  if (bulk_ && bulk_->attached() &&
-      bulk_sent(bulk_->send_reply(RemoteReplyHead::encode(r, before, after), std::move(r.payload)))) {
-    counters_.bytes_bulk.fetch_add(bytes, std::memory_order_relaxed);
-    return;
+  if (bulk_ && bulk_->attached()) {
+    RemoteReplyFrame f = RemoteReplyFrame::encode(r, before, after);
+    int64_t bytes = 0;
+    for (const Tensor& t : f.tensors) bytes += static_cast<int64_t>(t.nbytes());
+    if (bulk_sent(bulk_->send_reply(std::move(f)))) {
+      counters_.bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+      counters_.bytes_bulk.fetch_add(bytes, std::memory_order_relaxed);
+      return;
+    }
   }
+  encode_inline_batch(r);  // CAF serializes the payload
+  counters_.bytes_sent.fetch_add(static_cast<int64_t>(r.payload.size()), std::memory_order_relaxed);
   const uint64_t task = r.task;
   caf::anon_send(client_, result_msg{task, std::move(r), -1}, std::move(before), std::move(after));
 }

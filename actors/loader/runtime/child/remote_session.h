@@ -32,7 +32,7 @@ struct ServeCounters {
   std::atomic<int64_t> sessions{0};      ///< sessions opened since the start
   std::atomic<int64_t> refused{0};       ///< clients refused (authentication, version)
   std::atomic<int64_t> tasks_done{0};
-  std::atomic<int64_t> bytes_sent{0};    ///< reply payloads sent
+  std::atomic<int64_t> bytes_sent{0};    ///< batches sent: their encoded bytes, or on a bulk stream their tensors' bytes
   std::atomic<int64_t> bytes_bulk{0};    ///< ... of them on bulk streams
 };
 

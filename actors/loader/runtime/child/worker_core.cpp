@@ -229,13 +229,11 @@ WorkerReply WorkerCore::run(uint64_t task, const IndexBatch& indices, uint64_t s
   r.task = task;
   try {
     if (slab == kInlineSlab) {
-      // Collated on the heap and sent whole: the main process decodes it without a slab.
+      // Collated on the heap and sent whole: the main process decodes it without a
+      // slab.  Kept as it is: what sends it encodes it (the bulk stream, no copy).
       auto batch = fetch(indices);
       if (!batch) r.kind = WorkerReply::Kind::IterEnd;
-      else {
-        WriteClock write(collate_ns_);
-        encode_value(*batch, r.payload);
-      }
+      else r.value = std::make_shared<Value>(std::move(*batch));
       return r;
     }
     auto it = slab == 0 ? slabs_.end() : slabs_.find(slab);

@@ -59,8 +59,8 @@ class WorkerCore {
   void add_slab(uint64_t id, void* base, size_t size);
   void drop_slab(uint64_t id);
   /// Loads task `task` (the dataset indices; ignored for iterable datasets, which
-  /// take batch_size samples) into slab `slab` (0: none yet; kInlineSlab: into the
-  /// reply's payload).
+  /// take batch_size samples) into slab `slab` (0: none yet; kInlineSlab: the batch
+  /// itself in the reply's value, encoded by what sends it).
   WorkerReply run_task(uint64_t task, const IndexBatch& indices, uint64_t slab);
   /// Retries the batch of a task that answered Need, now with a larger slab.
   WorkerReply use_slab(uint64_t task, uint64_t slab);

@@ -552,6 +552,7 @@ Delivery Pipeline::next(uint64_t epoch, std::optional<std::chrono::steady_clock:
         d.kind = Delivery::Kind::Batch;
         d.slab = r.batch.slab;
         d.payload = std::move(r.batch.payload);
+        d.value = std::move(r.batch.value);
         d.pinned = handed->pinned;
         if (d.worker >= 0 && d.worker < num_workers()) workers_->delivered(d.worker);
       }

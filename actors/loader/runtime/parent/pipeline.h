@@ -104,6 +104,7 @@ struct Delivery {
   std::string error_type;     ///< Error/Fatal
   std::string error_message;  ///< Error/Fatal
   bool pinned = false;        ///< Batch: its slab is page-locked (the pin stage says so)
+  std::shared_ptr<Value> value = nullptr;  ///< Batch: the batch itself, read by a remote worker's bulk stream (payload empty)
 };
 
 using loader::EpochPosition;  // epoch.h

@@ -410,16 +410,10 @@ void RemoteTransport::read_bulk(std::shared_ptr<Inbox> inbox, std::shared_ptr<Un
       if (len == 0) throw RuntimeError("a frame of length 0");
       const uint64_t body = len - 1;
       if (type == FrameType::RemoteReply) {
-        uint64_t head_len = 0;
-        if (body < 8 || read_bytes(fd->get(), reinterpret_cast<char*>(&head_len), 8) != ReadStatus::Ok) break;
-        if (head_len > body - 8) throw RuntimeError("a RemoteReply frame whose head is longer than the frame");
-        std::string head(head_len, '\0');
-        std::string payload(body - 8 - head_len, '\0');
-        if (read_bytes(fd->get(), head.data(), head.size()) != ReadStatus::Ok ||
-            read_bytes(fd->get(), payload.data(), payload.size()) != ReadStatus::Ok)
-          break;
+        // The batch's tensors are read straight from the socket into their memory.
+        WorkerReply r;
         std::string before, after;
-        WorkerReply r = RemoteReplyHead::decode(head, std::move(payload), &before, &after);
+        if (RemoteReplyFrame::read(fd->get(), body, r, &before, &after) != ReadStatus::Ok) break;
         result_msg m{r.task, std::move(r), -1};
         inbox->reply(gen, m, before, after);
       } else if (type == FrameType::Ready || type == FrameType::StreamStart || type == FrameType::InitError) {

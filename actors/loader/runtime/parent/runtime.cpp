@@ -376,6 +376,7 @@ class MultiProcessEpoch final : public EpochBackend {
   }
 
   Value decode(const Delivery& d) {
+    if (d.value) return std::move(*d.value);          // read into its tensors by a bulk stream
     if (d.slab == 0) return decode_value(d.payload);  // no tensor: the batch travelled inline
     auto store = pool_->pipeline().slabs();
     auto seg = store->segment(d.slab);
