@@ -18,7 +18,8 @@
 # rebuild during the run does not change it), TOTAL_S (whole-run bound, default 900),
 # BENCH_TIMEOUT_S (per loader run, default 120), ROUNDS (default 2), TCP_BYTES
 # (default 2000000000), W2_N (3000), W3_N (2000), LOSS_N (60000),
-# REMOTE_TIMEOUT_MS (default 10000, the loader's default).
+# REMOTE_TIMEOUT_MS (default 10000, the loader's default), BENCH_EXTRA (more `loader bench`
+# arguments for every W2/W3 run, e.g. "--prefetch-factor 4"; default none).
 # Whatever happens (error, Ctrl-C, SIGTERM, the TOTAL_S bound), the trap kills the
 # processes this script started, deletes the namespace and the veth pair and the
 # temporary folder.
@@ -127,6 +128,16 @@ TOK="$TMP/token"
 cat >"$TMP/helper.py" <<'PYEOF'
 import json, os, signal, socket, sys, time
 
+def cpu_jiffies():
+    # (busy, total) jiffies of the whole machine, from /proc/stat's first line
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = f[3] + (f[4] if len(f) > 4 else 0)  # idle + iowait
+    return sum(f) - idle, sum(f)
+
+def busy_cores(a, b):
+    # cores the machine kept busy between two cpu_jiffies() readings
+    return (b[0] - a[0]) / (b[1] - a[1]) * os.cpu_count() if b[1] > a[1] else None
+
 def recv(host, port, ready):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -140,16 +151,20 @@ def recv(host, port, ready):
     mv = memoryview(buf)
     n = c.recv_into(mv)
     t0 = time.perf_counter()
+    j0 = cpu_jiffies()
     total = n
     first = n
     while n:
         n = c.recv_into(mv)
         total += n
     t1 = time.perf_counter()
-    # MB/s from the first byte to EOF (the first recv's bytes are not timed)
+    j1 = cpu_jiffies()
+    # MB/s from the first byte to EOF (the first recv's bytes are not timed); the cores
+    # the whole machine kept busy meanwhile (sender, receiver, the veth pair's kernel path)
     secs = t1 - t0
     print(json.dumps({"bytes": total, "seconds": secs,
-                      "MB_per_s": (total - first) / secs / 1e6 if secs > 0 else None}))
+                      "MB_per_s": (total - first) / secs / 1e6 if secs > 0 else None,
+                      "machine_busy_cores": busy_cores(j0, j1)}))
 
 def send(host, port, nbytes, chunk):
     nbytes, chunk = int(float(nbytes)), int(chunk)
@@ -192,7 +207,7 @@ def mean(xs):
     xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
 
-def bench_record(workload, config, rnd, rc, outp, errp, refp, secs):
+def bench_record(workload, config, rnd, rc, outp, errp, refp, secs, j0, j1):
     eps = epochs_of(outp)
     ref = epochs_of(refp) if refp != "-" else None
     late = [e for e in eps if e.get("epoch", 0) >= 2]
@@ -202,6 +217,7 @@ def bench_record(workload, config, rnd, rc, outp, errp, refp, secs):
     warn = [l for l in err.splitlines() if "Warning" in l or "warning" in l]
     rec = {"kind": "bench", "workload": workload, "config": config, "round": int(rnd),
            "rc": int(rc), "wall_s": float(secs), "epochs": len(eps),
+           "machine_busy_cores_run": busy_cores([int(x) for x in j0.split(",")], [int(x) for x in j1.split(",")]),
            "workers_reported": eps[0].get("workers") if eps else None,
            "samples_per_s_e23": mean([e.get("samples_per_s") for e in late]),
            "MB_per_s_e23": mean([e.get("MB_per_s") for e in late]),
@@ -227,6 +243,7 @@ def bench_summary(workload, *files):
                           "samples_per_s_e23": mean([r["samples_per_s_e23"] for r in rs]),
                           "MB_per_s_e23": mean([r["MB_per_s_e23"] for r in rs]),
                           "main_cpu_us_per_batch_e23": mean([r["main_cpu_us_per_batch_e23"] for r in rs]),
+                          "machine_busy_cores_run": mean([r.get("machine_busy_cores_run") for r in rs]),
                           "per_round_MB_per_s_e23": [r["MB_per_s_e23"] for r in rs],
                           "all_rc_0": all(r["rc"] == 0 for r in rs),
                           "all_ok": all(r["ok"] for r in rs),
@@ -293,6 +310,8 @@ def goal(tcp_file, bench_file):
                       "tcp_host_to_client_MB_per_s_best": h2c, "tcp_host_to_client_MB_per_s_mean": h2c_m,
                       "tcp_client_to_host_MB_per_s_best": c2h,
                       "tcp_client_to_host_MB_per_s_mean": avg("client_to_host"),
+                      "tcp_host_to_client_machine_busy_cores": mean([t.get("machine_busy_cores") for t in tcp if t.get("kind") == "tcp_stream" and t["direction"] == "host_to_client"]),
+                      "W2_w0_remote2_machine_busy_cores_run": mean([r.get("machine_busy_cores_run") for r in rs]),
                       "ratio": mb / h2c if mb and h2c else None,
                       "ratio_vs_mean": mb / h2c_m if mb and h2c_m else None,
                       "ratio_vs_client_to_host_best": mb / c2h if mb and c2h else None}))
@@ -413,6 +432,8 @@ S2=${SRV_ADDR[2]}
 
 # ---------------------------------------------------------------- 4. W2 / W3 benches
 : >"$TMP/bench.jsonl"
+# The machine's (busy, total) jiffies, for the cores a run kept busy.
+JIFFIES='f=[int(x) for x in open("/proc/stat").readline().split()[1:]]; i=f[3]+f[4]; print("%d,%d" % (sum(f)-i, sum(f)))'
 bench_run() {  # bench_run WORKLOAD N CONFIG ROUND
   local w=$1 n=$2 cfg=$3 rnd=$4 name="b_${1}_${3}_${4}" rc=0 t0 t1 ref=- extra=()
   case $cfg in
@@ -420,15 +441,18 @@ bench_run() {  # bench_run WORKLOAD N CONFIG ROUND
     w1_remote1) extra=(--workers 1 --remote "$S1" --token-file "$TOK" --remote-timeout-ms "$REMOTE_TIMEOUT_MS") ;;
     w0_remote2) extra=(--workers 0 --remote "$S1" --remote "$S2" --token-file "$TOK" --remote-timeout-ms "$REMOTE_TIMEOUT_MS") ;;
   esac
+  local j0 j1
+  j0=$($PY -c "$JIFFIES")
   t0=$(now)
   bg "$name" timeout "$BENCH_TIMEOUT_S" "$LOADER" bench --workload "$w" --variant gen --n "$n" \
-    --epochs 3 --verify "${extra[@]}"
+    --epochs 3 --verify "${extra[@]}" ${BENCH_EXTRA:-}
   wait "$BGPID" || rc=$?
   t1=$(now)
+  j1=$($PY -c "$JIFFIES")
   [[ -s "$TMP/b_${w}_w2_local_1.out" ]] && ref="$TMP/b_${w}_w2_local_1.out"
   local line
   line=$($PY "$H" bench-record "$w" "$cfg" "$rnd" "$rc" "$TMP/$name.out" "$TMP/$name.err" "$ref" \
-    "$($PY -c 'import sys; print(float(sys.argv[2]) - float(sys.argv[1]))' "$t0" "$t1")")
+    "$($PY -c 'import sys; print(float(sys.argv[2]) - float(sys.argv[1]))' "$t0" "$t1")" "$j0" "$j1")
   echo "$line" >>"$TMP/bench.jsonl"
   emit "$line"
 }

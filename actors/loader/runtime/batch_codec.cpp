@@ -135,7 +135,8 @@ class SplitEncoder final : public TensorCodec {
 /// Allocates each tensor the skeleton names, counting its bytes against the data that follows.
 class UnfilledDecoder final : public TensorCodec {
  public:
-  UnfilledDecoder(UnfilledBatch& out, uint64_t data_bytes) : out_(out), left_(data_bytes) {}
+  UnfilledDecoder(UnfilledBatch& out, uint64_t data_bytes, TensorAllocator* alloc)
+      : out_(out), left_(data_bytes), alloc_(alloc) {}
   bool encode(const Tensor&, std::string&) override { return false; }
   Tensor decode(const char*& p, const char* end) override {
     if (p >= end) throw ValueError("batch skeleton: truncated tensor");
@@ -165,7 +166,7 @@ class UnfilledDecoder final : public TensorCodec {
                        " bytes of data that follow it");
     left_ -= bytes;
     total_ += bytes;
-    Tensor t = Tensor::empty(Dims(sizes), static_cast<DType>(dt));
+    Tensor t = Tensor::empty(Dims(sizes), static_cast<DType>(dt), alloc_);
     out_.tensors.push_back(t);
     return t;
   }
@@ -174,6 +175,7 @@ class UnfilledDecoder final : public TensorCodec {
  private:
   UnfilledBatch& out_;
   uint64_t left_;
+  TensorAllocator* alloc_;
   uint64_t total_ = 0;
 };
 }  // namespace
@@ -185,9 +187,9 @@ SplitBatch split_batch(const Value& batch) {
   return out;
 }
 
-UnfilledBatch unfilled_batch(const std::string& skeleton, uint64_t data_bytes) {
+UnfilledBatch unfilled_batch(const std::string& skeleton, uint64_t data_bytes, TensorAllocator* alloc) {
   UnfilledBatch out;
-  UnfilledDecoder dec(out, data_bytes);
+  UnfilledDecoder dec(out, data_bytes, alloc);
   out.batch = decode_value(skeleton, &dec);
   if (dec.left() != 0)
     throw ValueError("batch skeleton: its tensors take " + std::to_string(data_bytes - dec.left()) + " of the " +

@@ -104,6 +104,7 @@ struct UnfilledBatch {
 /// Throws ValueError when the skeleton is malformed or its tensors do not add up to
 /// exactly `data_bytes` bytes; the sizes are checked against `data_bytes` as they are
 /// read, before anything is allocated for them.
-UnfilledBatch unfilled_batch(const std::string& skeleton, uint64_t data_bytes);
+/// The tensors come from `alloc` (null: the heap).
+UnfilledBatch unfilled_batch(const std::string& skeleton, uint64_t data_bytes, TensorAllocator* alloc = nullptr);
 
 }  // namespace loader::runtime

@@ -352,7 +352,8 @@ WorkerReply RemoteReplyFrame::decode_head(const std::string& head, std::string* 
   return r;
 }
 
-ReadStatus RemoteReplyFrame::read(int sock, uint64_t body, WorkerReply& out, std::string* before, std::string* after) {
+ReadStatus RemoteReplyFrame::read(int sock, uint64_t body, WorkerReply& out, std::string* before, std::string* after,
+                                  TensorAllocator* alloc) {
   // One length-prefixed part of what is left of the body.
   uint64_t left = body;
   std::string part;
@@ -379,7 +380,7 @@ ReadStatus RemoteReplyFrame::read(int sock, uint64_t body, WorkerReply& out, std
   if (ReadStatus st = read_part("batch skeleton"); st != ReadStatus::Ok) return st;
   UnfilledBatch batch;
   try {
-    batch = unfilled_batch(part, left);
+    batch = unfilled_batch(part, left, alloc);
   } catch (const std::exception& e) {
     throw RuntimeError(std::string("a RemoteReply frame's batch cannot be read: ") + e.what());
   }

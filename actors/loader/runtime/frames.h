@@ -157,7 +157,9 @@ struct RemoteReplyFrame {
   /// Reads the body of a RemoteReply frame of `body` bytes from `sock` (its 5-byte header
   /// read already) into `out`, a Result's tensors straight from the socket.  Not Ok when
   /// the stream ended or broke first; throws RuntimeError when the body is malformed.
-  static ReadStatus read(int sock, uint64_t body, WorkerReply& out, std::string* before, std::string* after);
+  /// The batch's tensors come from `alloc` (null: the heap).
+  static ReadStatus read(int sock, uint64_t body, WorkerReply& out, std::string* before, std::string* after,
+                         TensorAllocator* alloc = nullptr);
 };
 
 /// StreamStart: how the stream answering `task` began.

@@ -148,7 +148,9 @@ static ReadStatus read_exact(int sock, char* buf, size_t n, int* fd_out) {
       msg.msg_control = control;
       msg.msg_controllen = sizeof control;
     }
-    ssize_t r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    // Without a descriptor to take, the kernel fills the whole buffer before it returns
+    // (one call per tensor of a bulk stream's batch, not one per segment that arrived).
+    ssize_t r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | (fd_out ? 0 : MSG_WAITALL));
     if (r < 0) {
       if (errno == EINTR) continue;
       return ReadStatus::Error;

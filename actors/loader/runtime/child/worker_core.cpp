@@ -231,7 +231,11 @@ WorkerReply WorkerCore::run(uint64_t task, const IndexBatch& indices, uint64_t s
     if (slab == kInlineSlab) {
       // Collated on the heap and sent whole: the main process decodes it without a
       // slab.  Kept as it is: what sends it encodes it (the bulk stream, no copy).
-      auto batch = fetch(indices);
+      std::optional<Value> batch;
+      {
+        AllocatorScope pooled(inline_pool_);
+        batch = fetch(indices);
+      }
       if (!batch) r.kind = WorkerReply::Kind::IterEnd;
       else r.value = std::make_shared<Value>(std::move(*batch));
       return r;

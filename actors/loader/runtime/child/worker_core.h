@@ -22,6 +22,7 @@
 #include "loader/fetch.h"
 #include "loader/generator.h"
 #include "loader/worker_info.h"
+#include "loader/runtime/buffer_pool.h"
 #include "loader/runtime/epoch.h"     // StreamStart
 #include "loader/runtime/protocol.h"  // WorkerReply, kInlineSlab
 
@@ -120,6 +121,9 @@ class WorkerCore {
   std::map<uint64_t, Value> pending_;  ///< batches waiting for a larger slab, by task
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> pending_ns_;  ///< their time so far (busy, collate), by task
   uint64_t collate_ns_ = 0;  ///< the current try's collate and write time (WorkerReply::collate_ns)
+  /// Inline batches are made from it: their buffers come back once sent (a remote
+  /// worker's stream of batches faults in no fresh pages per batch).
+  BufferPool inline_pool_;
 };
 
 }  // namespace loader::runtime

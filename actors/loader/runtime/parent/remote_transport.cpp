@@ -18,6 +18,7 @@
 
 #include "loader/error.h"
 #include "loader/runtime/actor_system.h"
+#include "loader/runtime/buffer_pool.h"
 #include "loader/runtime/frames.h"
 #include "loader/runtime/rng_state_page.h"
 #include "loader/warnings.h"
@@ -400,6 +401,8 @@ void RemoteTransport::read_bulk(std::shared_ptr<Inbox> inbox, std::shared_ptr<Un
                                 std::string where) {
   std::string why = where + ": its connection closed (the host or its server stopped, or the network dropped the "
                             "connection)";
+  // The batches' buffers: each comes back when the application drops its batch.
+  BufferPool pool;
   try {
     while (true) {
       char header[5];
@@ -413,7 +416,7 @@ void RemoteTransport::read_bulk(std::shared_ptr<Inbox> inbox, std::shared_ptr<Un
         // The batch's tensors are read straight from the socket into their memory.
         WorkerReply r;
         std::string before, after;
-        if (RemoteReplyFrame::read(fd->get(), body, r, &before, &after) != ReadStatus::Ok) break;
+        if (RemoteReplyFrame::read(fd->get(), body, r, &before, &after, &pool) != ReadStatus::Ok) break;
         result_msg m{r.task, std::move(r), -1};
         inbox->reply(gen, m, before, after);
       } else if (type == FrameType::Ready || type == FrameType::StreamStart || type == FrameType::InitError) {
