@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Remote workers over a real (virtual) link: a network namespace plays the worker host,
 # a veth pair is the wire. Measures
-#   1. a plain TCP stream over the pair, both directions (the bandwidth reference);
+#   1. a plain TCP stream over the pair, both directions (the bandwidth reference), with
+#      the cores the whole machine kept busy meanwhile (as for every run below);
 #   2. W2/W3 (--variant gen --verify, 3 epochs) with --workers 2 (local), --workers 1
 #      --remote S1 and --workers 0 --remote S1 --remote S2, 2 rounds (ABC then CBA):
 #      samples/s, MB/s and main_cpu_us_per_batch of epochs 2-3, checksums against local;
