@@ -359,7 +359,9 @@ ReadStatus RemoteReplyFrame::read(int sock, uint64_t body, WorkerReply& out, std
   std::string part;
   auto read_part = [&](const char* what) {
     uint64_t n = 0;
-    if (left < 8) throw RuntimeError(std::string("a RemoteReply frame of ") + std::to_string(body) + " bytes ends before its " + what);
+    if (left < 8)
+      throw RuntimeError(std::string("a RemoteReply frame of ") + std::to_string(body) + " bytes ends before its " +
+                         what);
     if (ReadStatus st = read_bytes(sock, reinterpret_cast<char*>(&n), 8); st != ReadStatus::Ok) return st;
     left -= 8;
     if (n > left)
@@ -384,9 +386,11 @@ ReadStatus RemoteReplyFrame::read(int sock, uint64_t body, WorkerReply& out, std
   } catch (const std::exception& e) {
     throw RuntimeError(std::string("a RemoteReply frame's batch cannot be read: ") + e.what());
   }
-  for (const Tensor& t : batch.tensors)
-    if (t.nbytes())
-      if (ReadStatus st = read_bytes(sock, static_cast<char*>(t.data_ptr()), t.nbytes()); st != ReadStatus::Ok) return st;
+  for (const Tensor& t : batch.tensors) {
+    if (!t.nbytes()) continue;
+    if (ReadStatus st = read_bytes(sock, static_cast<char*>(t.data_ptr()), t.nbytes()); st != ReadStatus::Ok)
+      return st;
+  }
   out.value = std::make_shared<Value>(std::move(batch.batch));
   return ReadStatus::Ok;
 }
