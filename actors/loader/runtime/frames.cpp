@@ -218,7 +218,10 @@ InitErrorFrame InitErrorFrame::decode(const std::string& body) {
   });
 }
 
-std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
+namespace {
+/// A reply's frame type and body; a Result's batch at the body's end only `with_batch`
+/// (a RemoteReply sends it after its head, split: RemoteReplyFrame::encode).
+std::pair<uint8_t, std::string> encode_reply_body(const WorkerReply& r, bool with_batch) {
   std::string body;
   put_u64(body, r.task);
   switch (r.kind) {
@@ -227,8 +230,8 @@ std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
       put_u64(body, r.bytes);
       put_u64(body, r.busy_ns);
       put_u64(body, r.collate_ns);
-      if (r.value) encode_value(*r.value, body);  // an inline batch, encoded once, here
-      else body += r.payload;
+      if (with_batch && r.value) encode_value(*r.value, body);  // an inline batch, encoded once, here
+      else if (with_batch) body += r.payload;
       return {static_cast<uint8_t>(FrameType::Result), body};
     case WorkerReply::Kind::Need:
       put_u64(body, r.bytes);
@@ -243,6 +246,9 @@ std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) {
   }
   return {0, body};
 }
+}  // namespace
+
+std::pair<uint8_t, std::string> encode_reply(const WorkerReply& r) { return encode_reply_body(r, true); }
 
 void encode_inline_batch(WorkerReply& r) {
   if (!r.value) return;
@@ -310,16 +316,7 @@ std::pair<uint64_t, StreamStart> decode_stream_start(const std::string& body) {
 }
 
 RemoteReplyFrame RemoteReplyFrame::encode(const WorkerReply& r, const std::string& before, const std::string& after) {
-  WorkerReply shell;  // r without its batch, which goes out after the head
-  shell.kind = r.kind;
-  shell.task = r.task;
-  shell.slab = r.slab;
-  shell.bytes = r.bytes;
-  shell.error_type = r.error_type;
-  shell.error_message = r.error_message;
-  shell.busy_ns = r.busy_ns;
-  shell.collate_ns = r.collate_ns;
-  auto [type, body] = encode_reply(shell);
+  auto [type, body] = encode_reply_body(r, false);  // the batch goes out after the head
   std::string head;
   put_string(head, before);
   put_string(head, after);
