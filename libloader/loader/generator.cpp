@@ -11,11 +11,74 @@
 #include <unistd.h>
 
 #include "loader/detail/splitmix64.h"
+#include "loader/error.h"
 
 namespace loader {
 
 namespace {
 thread_local Generator* tls_override = nullptr;
+}
+
+// ------------------------------------------------------------------ torch's saved state
+// torch 1.13, aten/src/ATen/CPUGeneratorImpl.cpp: get_state() writes
+//   struct THGeneratorState { uint64 the_initial_seed; int left; int seeded; uint64 next;
+//                             uint64 state[624]; double normal_x, normal_y, normal_rho;
+//                             int normal_is_valid; };                        // 5048 bytes
+//   struct { THGeneratorState legacy_pod; float next_float_normal_sample;
+//            bool is_next_float_normal_sample_valid; };                      // 5056 bytes
+// at::mt19937 decrements `left` before each output and regenerates when it reaches 0:
+// after seeding left = 1, next = 0; after k outputs of a block, next = k, left = 625 - k.
+// Our engine's index is the next word to temper, kN meaning "regenerate first", so
+// index = (left == 1 ? 624 : next) and back left = 625 - index, next = index.
+namespace {
+constexpr size_t kTorchSeedAt = 0, kTorchLeftAt = 8, kTorchSeededAt = 12, kTorchNextAt = 16, kTorchWordsAt = 24;
+}  // namespace
+
+std::string Generator::torch_state(const std::string& base) const {
+  if (!base.empty() && base.size() != kTorchStateBytes)
+    throw ValueError("torch_state: a torch.Generator state has " + std::to_string(kTorchStateBytes) + " bytes, got " +
+                     std::to_string(base.size()));
+  std::string out = base.empty() ? std::string(kTorchStateBytes, '\0') : base;
+  Mt19937 e = engine_;
+  if (owed_ != 0) e.discard(owed_);
+  const uint32_t index = e.index();
+  const uint64_t seed = initial_seed_;
+  const int32_t left = static_cast<int32_t>(625 - index), seeded = 1;
+  const uint64_t next = index;
+  std::memcpy(&out[kTorchSeedAt], &seed, 8);
+  std::memcpy(&out[kTorchLeftAt], &left, 4);
+  std::memcpy(&out[kTorchSeededAt], &seeded, 4);
+  std::memcpy(&out[kTorchNextAt], &next, 8);
+  for (int i = 0; i < Mt19937::kN; ++i) {
+    const uint64_t w = e.words()[i];
+    std::memcpy(&out[kTorchWordsAt + 8 * static_cast<size_t>(i)], &w, 8);
+  }
+  return out;
+}
+
+void Generator::set_torch_state(const std::string& bytes) {
+  if (bytes.size() != kTorchStateBytes)
+    throw ValueError("set_torch_state: a torch.Generator (CPU) state has " + std::to_string(kTorchStateBytes) +
+                     " bytes, got " + std::to_string(bytes.size()) + " (is it a CUDA generator's?)");
+  uint64_t seed = 0, next = 0;
+  int32_t left = 0;
+  std::memcpy(&seed, &bytes[kTorchSeedAt], 8);
+  std::memcpy(&left, &bytes[kTorchLeftAt], 4);
+  std::memcpy(&next, &bytes[kTorchNextAt], 8);
+  if (left < 1 || left > 625 || next > 624)
+    throw ValueError("set_torch_state: not a torch.Generator state (left " + std::to_string(left) + ", next " +
+                     std::to_string(next) + ")");
+  uint32_t words[Mt19937::kN];
+  for (int i = 0; i < Mt19937::kN; ++i) {
+    uint64_t w = 0;
+    std::memcpy(&w, &bytes[kTorchWordsAt + 8 * static_cast<size_t>(i)], 8);
+    words[i] = static_cast<uint32_t>(w);
+  }
+  Mt19937 e;
+  e.assign(words, left == 1 ? static_cast<uint32_t>(Mt19937::kN) : static_cast<uint32_t>(next));
+  engine_ = e;
+  initial_seed_ = seed;
+  owed_ = 0;
 }
 
 Generator& default_generator() {

@@ -71,6 +71,19 @@ class Generator {
     return true;
   }
 
+  /// torch.Generator.get_state() of a CPU generator (torch 1.13's CPUGeneratorImplState,
+  /// 5056 bytes: initial seed, `left`, `seeded`, `next`, the 624 words as uint64, the
+  /// normal-sample caches).  torch_state(base) writes this generator's engine and initial
+  /// seed over a copy of `base` (a state torch gave, whose normal-sample caches are kept:
+  /// loader never draws normals) or over a fresh state when `base` is empty; the result
+  /// goes to torch.Generator.set_state.  ValueError when `base` is not kTorchStateBytes.
+  static constexpr size_t kTorchStateBytes = 5056;
+  std::string torch_state(const std::string& base = {}) const;
+  /// Takes torch.Generator.get_state()'s bytes: afterwards this generator draws what that
+  /// torch generator would.  ValueError naming what is wrong for bytes that are not such
+  /// a state (wrong size, an index no engine can have); nothing changed then.
+  void set_torch_state(const std::string& bytes);
+
   /// Lends the next `k` draws to a consumer that makes them lazily (LazyPermutation):
   /// returns a copy of this stream for it to draw from, and records that this generator
   /// owes them.  Every later use of this generator makes the owed draws first (discards

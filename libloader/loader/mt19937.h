@@ -54,6 +54,18 @@ class Mt19937 {
  /// False for a state no engine can be in (a corrupt saved state): its index is past the words.
   bool valid() const noexcept { return next_ <= static_cast<uint32_t>(kN); }
 
+  /// The 624 words and the index of the next one to temper (kN: regenerate first), for
+  /// converting to and from other engines' saved states (Generator::torch_state).
+  const uint32_t* words() const noexcept { return mt_; }
+  uint32_t index() const noexcept { return next_; }
+  /// Sets the words and the index; false, nothing changed, when index > kN.
+  bool assign(const uint32_t* words, uint32_t index) noexcept {
+    if (index > static_cast<uint32_t>(kN)) return false;
+    for (int i = 0; i < kN; ++i) mt_[i] = words[i];
+    next_ = index;
+    return true;
+  }
+
  private:
   /// The next 624 words from the current ones (mt19937.cpp).
   void regenerate() noexcept;

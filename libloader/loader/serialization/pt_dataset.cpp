@@ -89,6 +89,7 @@ PtTensorDataset::PtTensorDataset(const std::string& path, Options options) : pat
   size_ = tensors_[0].size(0);
   for (const Tensor& t : tensors_)
     if (t.size(0) != size_) throw AssertionError("Size mismatch between tensors");
+  if (!dict_) rows_ = std::make_unique<TensorDataset>(tensors_);
 }
 
 Value PtTensorDataset::get(int64_t requested) {
@@ -106,6 +107,22 @@ Value PtTensorDataset::get(int64_t requested) {
   items.reserve(tensors_.size());
   for (const Tensor& t : tensors_) items.emplace_back(t.select(0, index));
   return Value::tuple(std::move(items));
+}
+
+std::optional<Value> PtTensorDataset::sample_spec() const {
+  return rows_ ? rows_->sample_spec() : std::nullopt;
+}
+
+// The bounds are TensorDataset's, with torch's wording (the message torch's
+// TensorDataset gives for tensor[index]).
+void PtTensorDataset::get_into(int64_t index, void* const* leaves) {
+  if (!rows_) return Dataset::get_into(index, leaves);
+  rows_->get_into(index, leaves);
+}
+
+void PtTensorDataset::get_batch_into(const IndexBatch& indices, const BatchRows& rows) {
+  if (!rows_) return Dataset::get_batch_into(indices, rows);
+  rows_->get_batch_into(indices, rows);
 }
 
 void register_pt_datasets() {

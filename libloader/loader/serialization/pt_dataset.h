@@ -22,7 +22,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "loader/dataset.h"
+#include "loader/datasets.h"
 #include "loader/serialization/pt.h"
 
 namespace loader::pt {
@@ -39,6 +42,12 @@ class PtTensorDataset : public Dataset {
 
   Value get(int64_t index) override;
   int64_t size() const override { return size_; }
+  /// A tuple/list file is served as a TensorDataset over its tensors: each sample is
+  /// written straight into its batch row, and a batch's rows are gathered in one loop
+  /// (TensorDataset::get_batch_into).  A dict file gives dicts, through get().
+  std::optional<Value> sample_spec() const override;
+  void get_into(int64_t index, void* const* leaves) override;
+  void get_batch_into(const IndexBatch& indices, const BatchRows& rows) override;
 
   const std::vector<Tensor>& tensors() const noexcept { return tensors_; }
   /// The dict keys of the served tensors (dict files); empty for tuple/list files.
@@ -51,6 +60,7 @@ class PtTensorDataset : public Dataset {
   std::vector<Value> keys_;
   bool dict_ = false;
   int64_t size_ = 0;
+  std::unique_ptr<TensorDataset> rows_;  ///< tuple/list files: the fast paths
 };
 
 /// Registers "pt_tensor_dataset" (idempotent).  The .cpp also registers it statically,

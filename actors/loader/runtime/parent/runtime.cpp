@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "loader/error.h"
+#include "loader/interrupt.h"
 #include "loader/runtime/actor_system.h"
 #include "loader/runtime/batch_codec.h"
 #include "loader/runtime/checkpoint.h"
@@ -332,7 +333,21 @@ class MultiProcessEpoch final : public EpochBackend {
     if (timeout_ > 0 && timeout_ < 1e9)  // longer than 30 years: no deadline
       deadline = std::chrono::steady_clock::now() +
                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_));
-    Delivery d = pool_->pipeline().next(epoch_, deadline);
+    // With an InterruptCheck (Ctrl-C from Python), the wait goes in slices of its
+    // interval: a slice that ends without a batch is not the loader's timeout.
+    const InterruptCheck* check = InterruptCheck::current();
+    Delivery d;
+    while (true) {
+      auto until = deadline;
+      if (check) {
+        const auto slice = std::chrono::steady_clock::now() + check->interval();
+        if (!until || slice < *until) until = slice;
+      }
+      d = pool_->pipeline().next(epoch_, until);
+      if (d.kind != Delivery::Kind::Timeout || !check) break;
+      if (deadline && std::chrono::steady_clock::now() >= *deadline) break;
+      (*check)();  // may throw: the epoch goes on, as after any next()
+    }
     switch (d.kind) {
       case Delivery::Kind::End: finish(); return std::nullopt;
       case Delivery::Kind::Fatal: finish(); throw_error(d.error_type, d.error_message);
