@@ -34,10 +34,10 @@ def load_library(path: str) -> None:
     ``libloader.so`` from this package (``loader.library_path()``)."""
     path = _os.path.abspath(_os.fspath(path))
     _C.load_library(path)
-    libs = [p for p in _os.environ.get("LOADER_WORKER_LIBRARIES", "").split(":") if p]
+    libs = [p for p in _os.environ.get("LOADER_EXTENSION_LIBRARIES", "").split(":") if p]
     if path not in libs:
         libs.append(path)
-        _os.environ["LOADER_WORKER_LIBRARIES"] = ":".join(libs)
+        _os.environ["LOADER_EXTENSION_LIBRARIES"] = ":".join(libs)
 
 
 def library_path() -> str:

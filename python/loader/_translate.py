@@ -235,6 +235,32 @@ def handle_of(ds: Any) -> Tuple[Handle, List[Any]]:
                   "C++ (loader.datasets.from_handle)")
 
 
+# Handles whose samples draw no random numbers (their parameters say whether they do).
+_DETERMINISTIC = {"shared_tensors", "range", "fashion_mnist", "pt_tensor_dataset", "range_iterable", "counting"}
+_RANDOM_STEPS = {"RandomResizedCrop", "RandomHorizontalFlip"}
+
+
+def draws_random(handle_type: str, params: Any) -> bool:
+    """Whether a dataset's samples may draw from the default generator (random
+    transforms; a dataset type loader does not know: assume it may)."""
+    if handle_type in _DETERMINISTIC:
+        return False
+    if handle_type in ("subset",):
+        return draws_random(params["dataset"]["type"], params["dataset"].get("params"))
+    if handle_type in ("concat", "stack", "chain"):
+        return any(draws_random(h["type"], h.get("params")) for h in params["datasets"])
+    if handle_type in ("image_folder", "image_list"):
+        steps = params.get("transform", "none")
+        if isinstance(steps, str):
+            return steps == "train"
+        for st in steps:
+            name = st if isinstance(st, str) else st.get("name")
+            if name in _RANDOM_STEPS and not (name == "RandomHorizontalFlip" and float(st.get("p", 0.5)) == 0.0):
+                return True
+        return False
+    return True
+
+
 def to_cpp_dataset(ds: Any) -> Tuple[Any, List[Any]]:
     """The C++ dataset (``_C._Dataset``) of a Python dataset, and what must outlive it."""
     from .datasets import CppDataset, CppIterableDataset

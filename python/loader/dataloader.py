@@ -272,6 +272,11 @@ class DataLoader(_tud.DataLoader):
         # with replacement draws while the epoch runs); the default one only around the
         # epoch's start, so that the training loop's own draws from it are not overwritten.
         self._eager_links = [l for l in self._links.values() if not l.is_default]
+        # Without workers the samples' random transforms draw from torch's default
+        # generator in this process, between the training loop's own draws: mirror it
+        # around every batch, as torch's DataLoader shares it.
+        self._sync_default_per_batch = (not uses_workers) and _translate.draws_random(
+            self._cpp_dataset.type(), self._cpp_dataset.params())
         _live_loaders.add(self)
 
     # ------------------------------------------------------------------ translation
@@ -420,12 +425,17 @@ class _LoaderIter:
         it = self._it
         if it is None:
             raise StopIteration
+        loader = self._loader
+        per_batch = loader._sync_default_per_batch
+        if per_batch:
+            loader._default_link.pull()
         try:
             batch = it.next()
         except KeyboardInterrupt:
             self._close()  # Ctrl-C: the workers go now, not when the traceback is freed
             raise
-        loader = self._loader
+        if per_batch:
+            loader._default_link.push()
         if batch is Ellipsis:
             for link in loader._links.values():
                 link.push()

@@ -73,7 +73,7 @@ def from_handle(name: str, params: Optional[Dict[str, Any]] = None) -> Any:
 
     A dataset of your own: build a shared library that registers it and links
     ``libloader.so`` (next to this package), then ``loader.load_library(path)`` before
-    this call; worker processes load the same library (LOADER_WORKER_LIBRARIES).
+    this call; worker processes load the same library (LOADER_EXTENSION_LIBRARIES).
     KeyError when nothing is registered under ``name``.
     """
     cpp = _C._Dataset(name, {} if params is None else params)

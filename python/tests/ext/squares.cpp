@@ -1,7 +1,7 @@
 // A user's extension module in miniature (python/tests/test_extension.py): it registers a
 // C++ dataset, "test_squares" {n, offset}, whose sample i is (i*i + offset as int64, i as
 // float32 [3] filled with i).  loader.load_library(path) loads it in the trainer and, through
-// LOADER_WORKER_LIBRARIES, in every worker process.
+// LOADER_EXTENSION_LIBRARIES, in every worker process.
 #include <loader/dataset.h>
 #include <loader/error.h>
 #include <loader/tensor.h>
