@@ -104,10 +104,11 @@ def run_child(args, side, workload, workers, image_root):
 def run_cpp(args, workload, workers, image_root):
     (n_full, n_quick), bs = SIZES[workload]
     n = n_quick if args.quick else n_full
-    cmd = [args.loader, "bench", "--workload", workload, "--workers", str(workers), "--epochs", str(args.epochs),
-           "--n", str(n)]
+    cmd = [args.loader, "bench", "--workload", workload, "--workers", str(workers), "--epochs", str(args.epochs)]
     if workload == "W5":
-        cmd += ["--root", image_root, "--seeding", "per-worker"]
+        cmd += ["--root", image_root, "--seeding", "per-worker"]  # N: the folder's files
+    else:
+        cmd += ["--n", str(n)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = []
     for e, line in enumerate(l for l in out.splitlines() if l.startswith("{")):

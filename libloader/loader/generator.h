@@ -71,6 +71,14 @@ class Generator {
     return true;
   }
 
+  /// Whether this generator is in the state `o` is in, draws still owed included, without
+  /// making them (state() settles a loan of k draws in O(k); this compares in O(1) memory
+  /// words): what a mirror of a torch.Generator checks after every batch.
+  bool same_state(const Generator& o) const noexcept {
+    return owed_ == o.owed_ && initial_seed_ == o.initial_seed_ &&
+           std::memcmp(&engine_, &o.engine_, sizeof(Mt19937)) == 0;
+  }
+
   /// torch.Generator.get_state() of a CPU generator (torch 1.13's CPUGeneratorImplState,
   /// 5056 bytes: initial seed, `left`, `seeded`, `next`, the 624 words as uint64, the
   /// normal-sample caches).  torch_state(base) writes this generator's engine and initial

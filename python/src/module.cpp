@@ -302,19 +302,19 @@ std::vector<int64_t> int_list(const py::handle& obj) {
 struct PyGenerator {
   std::shared_ptr<loader::Generator> gen;
   bool is_default = false;
-  std::string synced;  ///< the state (ours) when last written to or read from torch
+  loader::Generator synced;  ///< this generator when last written to or read from torch
 
   loader::Generator& g() { return is_default ? loader::default_generator() : *gen; }
   void load_torch(const std::string& bytes) {
     g().set_torch_state(bytes);
-    synced = g().state();
+    synced = g();
   }
-  /// torch's state with our draws, or None when nothing was drawn since the last sync.
-  py::object changed_torch_state(const std::string& base) {
-    std::string now = g().state();
-    if (now == synced) return py::none();
-    synced = std::move(now);
-    return py::bytes(g().torch_state(base));
+  /// torch's state with our draws, or None when nothing was drawn since the last sync
+  /// (checked after every batch: Generator::same_state, no settling of lent draws).
+  py::object changed_torch_state(const py::bytes& base) {
+    if (g().same_state(synced)) return py::none();
+    synced = g();
+    return py::bytes(g().torch_state(std::string(base)));
   }
   std::string torch_state(const std::string& base) { return g().torch_state(base); }
 };
@@ -525,14 +525,14 @@ PYBIND11_MODULE(_C, m) {
              auto g = std::make_shared<PyGenerator>();
              g->is_default = is_default;
              if (!is_default) g->gen = std::make_shared<loader::Generator>();
-             g->synced = g->g().state();
+             g->synced = g->g();
              return g;
            }),
            py::arg("is_default") = false)
       .def("load_torch_state", [](PyGenerator& g, const py::bytes& b) { g.load_torch(std::string(b)); })
       .def("torch_state", [](PyGenerator& g, const py::bytes& base) { return py::bytes(g.torch_state(std::string(base))); })
       .def("changed_torch_state",
-           [](PyGenerator& g, const py::bytes& base) { return g.changed_torch_state(std::string(base)); })
+           [](PyGenerator& g, const py::bytes& base) { return g.changed_torch_state(base); })
       .def("initial_seed", [](PyGenerator& g) { return g.g().initial_seed(); });
 
   // ---- datasets
