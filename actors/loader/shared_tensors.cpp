@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -32,6 +33,24 @@ struct FileView {
 
 std::string errno_text(int e) { return std::string(std::strerror(e)); }
 
+/// A worker process keeps its latest mapping of a tensor file: a pool re-initialised for
+/// the next epoch (persistent_workers=false) rebuilds its dataset from the same handle,
+/// and mapping the file again faulted every page in again (W2 from Python: 14,000 minor
+/// faults per epoch, half the speed of persistent workers).  Keyed by the file's identity
+/// (device, inode, size), not its /proc path, whose fd number may be reused.  Only in
+/// worker processes (LOADER_WORKER_FD set): they end with their pool, while the main
+/// process must let the pages go with the user's last dataset.
+struct MappingCache {
+  std::mutex mu;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  uint64_t bytes = 0;
+  std::shared_ptr<FileView> view;
+};
+// Decided during static initialisation: the worker loop unsets LOADER_WORKER_FD when it starts.
+MappingCache* const g_worker_mapping_cache = std::getenv("LOADER_WORKER_FD") ? new MappingCache() : nullptr;  // never freed
+MappingCache* worker_mapping_cache() { return g_worker_mapping_cache; }
+
 std::shared_ptr<Dataset> make_shared_tensors(const Value& p) {
   if (!p.is_dict()) throw TypeError("shared_tensors parameters must be a dict, got " + p.python_type());
   const std::string path = p.at("path").to_string();
@@ -48,15 +67,30 @@ std::shared_ptr<Dataset> make_shared_tensors(const Value& p) {
     throw RuntimeError("shared_tensors: '" + path + "' holds " + std::to_string(rc == 0 ? st.st_size : 0) +
                        " bytes, the handle says " + std::to_string(bytes));
   }
-  auto view = std::make_shared<FileView>();
-  if (bytes > 0) {
+  std::shared_ptr<FileView> view;
+  if (MappingCache* cache = worker_mapping_cache()) {
+    std::lock_guard<std::mutex> lock(cache->mu);
+    if (cache->view && cache->dev == st.st_dev && cache->ino == st.st_ino && cache->bytes == bytes) view = cache->view;
+  }
+  if (view) {
+    ::close(fd);
+  } else if (bytes > 0) {
+    view = std::make_shared<FileView>();
     void* a = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0);
     const int e = errno;
     ::close(fd);
     if (a == MAP_FAILED) throw RuntimeError("shared_tensors: cannot map '" + path + "': " + errno_text(e));
     view->addr = a;
     view->length = static_cast<size_t>(bytes);
+    if (MappingCache* cache = worker_mapping_cache()) {
+      std::lock_guard<std::mutex> lock(cache->mu);
+      cache->dev = st.st_dev;
+      cache->ino = st.st_ino;
+      cache->bytes = bytes;
+      cache->view = view;
+    }
   } else {
+    view = std::make_shared<FileView>();
     ::close(fd);
   }
   std::vector<Tensor> tensors;

@@ -27,8 +27,8 @@ class SharedTensorFile {
  public:
   /// Copies `tensors` (at least one, all with the same first dimension, any strides) into
   /// a new name-less shared-memory file, each row-major at a 64-byte aligned offset.
-  /// Throws ValueError for no tensors, a 0-dim tensor or mismatched first dimensions
-  /// ("Size mismatch between tensors", as torch's TensorDataset), RuntimeError naming the
+  /// Throws ValueError for no tensors or a 0-dim tensor, AssertionError for mismatched first
+  /// dimensions ("Size mismatch between tensors", torch's TensorDataset), RuntimeError naming the
   /// bytes needed and free when shared memory is too small.
   explicit SharedTensorFile(const std::vector<Tensor>& tensors);
   ~SharedTensorFile();

@@ -21,6 +21,7 @@
 #include <dlpack/dlpack.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -516,6 +517,29 @@ PYBIND11_MODULE(_C, m) {
       PyErr_SetString(python_exception_type(e.python_type()), e.what());
     } catch (const PythonErrorPending&) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyboardInterrupt, "");
+    }
+  });
+
+  // ---- warnings: the runtime's warn() becomes Python's warnings.warn (filters, catch_warnings,
+  // pytest.warns), from whichever thread warns; printed as before while the interpreter ends.
+  loader::set_warning_handler([](const loader::Warning& w) {
+#if PY_VERSION_HEX >= 0x030D0000
+    const bool finalizing = Py_IsFinalizing();
+#else
+    const bool finalizing = _Py_IsFinalizing();
+#endif
+    if (!Py_IsInitialized() || finalizing) {
+      std::fprintf(stderr, "%s: %s\n", w.category.c_str(), w.message.c_str());
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    PyObject* category = PyDict_GetItemString(PyEval_GetBuiltins(), w.category.c_str());
+    if (!category || !PyType_Check(category) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(category),
+                                                                 reinterpret_cast<PyTypeObject*>(PyExc_Warning)))
+      category = PyExc_UserWarning;
+    if (PyErr_WarnEx(category, w.message.c_str(), 1) != 0) {
+      // A filter turned it into an error, where no Python frame can take it: show it.
+      PyErr_WriteUnraisable(nullptr);
     }
   });
 

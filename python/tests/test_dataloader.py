@@ -290,3 +290,12 @@ def test_stats_is_a_dict_of_figures():
     assert isinstance(s, dict)
     assert s["total"]["batches"] == n == len(dl)
     assert isinstance(s["total"]["diagnosis"], str)
+
+
+def test_the_runtimes_warnings_are_python_warnings():
+    ds = index_ds(8)
+    with pytest.warns(UserWarning, match="pin memory device is set") as theirs:
+        list(tud.DataLoader(ds, batch_size=4, pin_memory_device="cuda"))
+    with pytest.warns(UserWarning, match="pin memory device is set") as ours:
+        list(loader.DataLoader(ds, batch_size=4, pin_memory_device="cuda"))
+    assert str(ours[0].message) == str(theirs[0].message)
