@@ -9,6 +9,7 @@
 #   scripts/demo.sh                           # 15 epochs, 2 workers: ./fashion_mlp.{pt,jsonl,png}
 #   scripts/demo.sh --epochs 5 --workers 0    # extra arguments go to the trainer
 #   scripts/demo.sh --out /tmp/model.pt       # /tmp/model.{pt,jsonl,png}
+#   DEMO_PYTHON=1 scripts/demo.sh             # and then the same model from Python (demos/fashion_mnist.py)
 #
 # BUILD_DIR picks the build directory (default: build); DEMO_OUT the default --out
 # (scripts/demo_images.sh sets it).
@@ -44,4 +45,10 @@ if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   /usr/bin/python3 demos/check_checkpoint.py "$out"
 else
   echo "(PyTorch not found: skipped loading the checkpoint in PyTorch; see demos/check_checkpoint.py)"
+fi
+# DEMO_PYTHON=1: then the same model from Python, fed by loader.DataLoader (demos/fashion_mnist.py:
+# 15 epochs, 2 workers; ./fashion_mlp_py.{pt,jsonl,png}).
+if [ "${DEMO_PYTHON:-0}" = 1 ]; then
+  BUILD_DIR="$BUILD_DIR" scripts/build.sh loader_python
+  PYTHONPATH="$BUILD_DIR/python" /usr/bin/python3 demos/fashion_mnist.py --out "${out%.pt}_py.pt"
 fi
