@@ -64,13 +64,32 @@ class CMakeBuild(build_ext):
         shutil.copy2(os.path.join(out, built[0]), self.get_ext_fullpath(ext.name))
         for name in self.ARTIFACTS:
             shutil.copy2(os.path.join(out, name), os.path.join(dest, name))
+        self.copy_headers(os.path.join(dest, "include", "loader"))
+
+    @staticmethod
+    def copy_headers(dest):
+        """The public C++ headers (cmake/install.cmake's list), for extension modules that
+        register datasets: g++ -I$(python -c 'import loader; print(loader.include_dir())')."""
+        if os.path.isdir(dest):
+            shutil.rmtree(dest)
+        for src in (os.path.join(HERE, "libloader", "loader"), os.path.join(HERE, "datasets", "loader")):
+            for dirpath, dirnames, filenames in os.walk(src):
+                dirnames[:] = [d for d in dirnames if d != "detail"]
+                rel = os.path.relpath(dirpath, src)
+                for f in filenames:
+                    if f.endswith(".h"):
+                        os.makedirs(os.path.join(dest, rel), exist_ok=True)
+                        shutil.copy2(os.path.join(dirpath, f), os.path.join(dest, rel, f))
+        for f in ("dataloader.h", "worker_main.h", "shared_tensors.h"):
+            shutil.copy2(os.path.join(HERE, "actors", "loader", f), os.path.join(dest, f))
 
 
 setup(
     version=version(),
     packages=["loader"],
     package_dir={"": "python"},
-    package_data={"loader": ["py.typed", "*.pyi", "libloader.so", "loader-worker"]},
+    package_data={"loader": ["py.typed", "*.pyi", "libloader.so", "loader-worker", "include/loader/*.h",
+                             "include/loader/*/*.h"]},
     ext_modules=[CMakeExtension("loader._C")],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,

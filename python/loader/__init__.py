@@ -46,5 +46,11 @@ def library_path() -> str:
 
 
 def include_dir() -> str:
-    """Where the C++ headers are, for building an extension (installed copies)."""
-    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
+    """The directory of the public C++ headers, for building an extension module
+    (``-I$(python -c 'import loader; print(loader.include_dir())')``).  An installed package
+    has them; from the build tree, use the source tree's libloader/, datasets/ and actors/."""
+    path = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
+    if not _os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: this loader is not an installed package (pip install .); "
+                                "use the source tree's libloader/, datasets/ and actors/ directories")
+    return path

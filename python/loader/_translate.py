@@ -87,11 +87,18 @@ def transform_step(t: Any) -> Dict[str, Any]:
 
 
 def _seq(x: Any) -> List[Any]:
+    """A flat list of a scalar, a sequence, a range, a torch tensor or a numpy array."""
     if isinstance(x, torch.Tensor):
         return x.flatten().tolist()
-    if isinstance(x, (list, tuple)):
+    if hasattr(x, "tolist") and hasattr(x, "shape"):  # numpy
+        v = x.tolist()
+        return v if isinstance(v, list) else [v]
+    if isinstance(x, (str, bytes)):
+        return [x]
+    try:
         return list(x)
-    return [x]
+    except TypeError:
+        return [x]
 
 
 def transform_steps(transform: Any) -> List[Dict[str, Any]]:
@@ -139,7 +146,14 @@ def _folder_handle(ds: Any) -> Tuple[Handle, List[Any]]:
         raise _refuse(f"{name} with is_valid_file", "is_valid_file is a Python function")
     params["extensions"] = [e.lower() for e in (extensions if isinstance(extensions, (list, tuple)) else [extensions])]
     handle = {"type": "image_folder", "params": params}
-    cpp = _C._Dataset("image_folder", params)
+    try:
+        cpp = _C._Dataset("image_folder", params)
+    except ValueError as e:
+        text = str(e)
+        if "transform" not in text and "step" not in text:
+            raise
+        # an order or argument of the transforms the C++ path does not reproduce
+        raise _refuse(f"{name}'s transform {ds.transform!r}", text.split(": ", 1)[-1].split("image_folder: ", 1)[-1]) from e
     info = cpp.image_info()
     want = [(os.fspath(p), int(t)) for p, t in ds.samples]
     got = [(p, int(t)) for p, t in info["samples"]]

@@ -107,6 +107,9 @@ def test_transforms_loader_cannot_run_are_refused_naming_them(image_root):
         T.Resize(8, interpolation=T.InterpolationMode.NEAREST), T.ToTensor()]))
     with pytest.raises(TypeError, match="nearest"):
         loader.DataLoader(ds)
+    ds = torchvision.datasets.ImageFolder(image_root, transform=T.Compose([T.ToTensor(), T.RandomHorizontalFlip()]))
+    with pytest.raises(TypeError, match="RandomHorizontalFlip.*after a tensor conversion"):
+        loader.DataLoader(ds)
     ds = torchvision.datasets.ImageFolder(image_root, transform=eval_tf(), target_transform=lambda t: t + 1)
     with pytest.raises(TypeError, match="target_transform"):
         loader.DataLoader(ds)
@@ -114,6 +117,15 @@ def test_transforms_loader_cannot_run_are_refused_naming_them(image_root):
     ds.samples = ds.samples[:3]
     with pytest.raises(ValueError, match="Subset"):
         loader.DataLoader(ds)
+
+
+def test_subset_indices_of_any_sequence(image_root):
+    import numpy as np
+
+    ds = torchvision.datasets.ImageFolder(image_root, transform=eval_tf())
+    for idx in (np.array([3, 1, 2, 9]), torch.tensor([4, 0, 8]), range(5, 1, -1)):
+        sub = tud.Subset(ds, idx)
+        assert_same_batches(loader.DataLoader(sub, batch_size=2), tud.DataLoader(sub, batch_size=2))
 
 
 def test_tensor_dataset_subset_concat_stack():
