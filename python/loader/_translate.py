@@ -30,16 +30,16 @@ def _refuse(what: str, why: str) -> TypeError:
 
 
 # ------------------------------------------------------------------ transforms
-_BILINEAR_NAMES = ("bilinear",)
+def is_bilinear(interpolation: Any) -> bool:
+    """InterpolationMode.BILINEAR, or PIL's BILINEAR (2): the one interpolation the C++ path has."""
+    return getattr(interpolation, "value", interpolation) == "bilinear" or interpolation == 2
 
 
 def _interpolation_ok(t: Any) -> None:
     interp = getattr(t, "interpolation", None)
-    if interp is None:
-        return
-    name = getattr(interp, "value", interp)
-    if name not in _BILINEAR_NAMES and interp != 2:  # 2: PIL.Image.BILINEAR
-        raise _refuse(f"{type(t).__name__}(interpolation={name})", "only bilinear interpolation runs in C++")
+    if interp is not None and not is_bilinear(interp):
+        raise _refuse(f"{type(t).__name__}(interpolation={getattr(interp, 'value', interp)})",
+                      "only bilinear interpolation runs in C++")
 
 
 def _size(size: Any) -> Any:
@@ -52,9 +52,6 @@ def transform_step(t: Any) -> Dict[str, Any]:
     """The C++ transform step of one torchvision (or loader.transforms) transform."""
     import torchvision.transforms as T
 
-    hook = getattr(t, "_loader_step", None)
-    if hook is not None:
-        return hook()
     if isinstance(t, T.RandomResizedCrop):
         _interpolation_ok(t)
         return {"name": "RandomResizedCrop", "size": _size(t.size), "scale": [float(x) for x in t.scale],
@@ -77,9 +74,7 @@ def transform_step(t: Any) -> Dict[str, Any]:
         if t.dtype != torch.float32:
             raise _refuse(f"ConvertImageDtype({t.dtype})", "only torch.float32 runs in C++")
         return {"name": "ConvertImageDtype", "dtype": "float32"}
-    if isinstance(t, T.Normalize):
-        if t.inplace:
-            pass  # in place or not, the values are the same
+    if isinstance(t, T.Normalize):  # in place or not, the values are the same
         return {"name": "Normalize", "mean": [float(x) for x in _seq(t.mean)], "std": [float(x) for x in _seq(t.std)]}
     raise _refuse(f"the transform {type(t).__module__}.{type(t).__qualname__}",
                   "the C++ transforms are RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ToTensor, "

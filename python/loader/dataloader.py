@@ -73,34 +73,40 @@ class _GeneratorLink:
             self.torch_gen.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
 
 
-def _bytes_to_tensors(obj: Any) -> Any:
-    # torch.load(weights_only=True) takes no bytes objects: carry them as uint8 tensors.
-    if isinstance(obj, bytes):
-        return {"__loader_bytes__": torch.frombuffer(bytearray(obj), dtype=torch.uint8) if obj
-                else torch.empty(0, dtype=torch.uint8)}
+def _map_state(obj: Any, leaf: Any) -> Any:
+    """`obj` (dicts, lists, tuples) with `leaf(x)` for every x that leaf does not leave as None."""
+    out = leaf(obj)
+    if out is not None:
+        return out
     if isinstance(obj, dict):
-        return {k: _bytes_to_tensors(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_bytes_to_tensors(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_bytes_to_tensors(v) for v in obj)
+        return {k: _map_state(v, leaf) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_state(v, leaf) for v in obj)
     return obj
 
 
+def _bytes_to_tensors(obj: Any) -> Any:
+    # torch.load(weights_only=True) takes no bytes objects: carry them as uint8 tensors.
+    def leaf(x: Any) -> Any:
+        if not isinstance(x, bytes):
+            return None
+        t = torch.frombuffer(bytearray(x), dtype=torch.uint8) if x else torch.empty(0, dtype=torch.uint8)
+        return {"__loader_bytes__": t}
+
+    return _map_state(obj, leaf)
+
+
 def _tensors_to_bytes(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        if len(obj) == 1 and "__loader_bytes__" in obj:
-            t = obj["__loader_bytes__"]
+    def leaf(x: Any) -> Any:
+        if isinstance(x, dict) and len(x) == 1 and "__loader_bytes__" in x:
+            t = x["__loader_bytes__"]
             if isinstance(t, torch.Tensor):
                 return t.contiguous().numpy().tobytes()
             if isinstance(t, (bytes, bytearray)):
                 return bytes(t)
-        return {k: _tensors_to_bytes(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_tensors_to_bytes(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_tensors_to_bytes(v) for v in obj)
-    return obj
+        return None
+
+    return _map_state(obj, leaf)
 
 
 def _callable_name(fn: Any) -> str:
@@ -247,8 +253,7 @@ class DataLoader(_tud.DataLoader):
         self._cpp_dataset, self._keep = _translate.to_cpp_dataset(dataset)
         self._links: Dict[int, _GeneratorLink] = {}
         self._epoch_samplers: List[Any] = []  # (torch DistributedSampler, C++ sampler)
-        default_link = self._link(torch.default_generator, is_default=True)
-        self._default_link = default_link
+        self._default_link = self._link(torch.default_generator)
 
         cpp_sampler = cpp_batch_sampler = None
         if not self._cpp_dataset.is_iterable():
@@ -265,7 +270,7 @@ class DataLoader(_tud.DataLoader):
         else:
             options["batch_size"] = self.batch_size
             options["drop_last"] = bool(self.drop_last)
-        gen_link = self._link(generator, is_default=False) if generator is not None else None
+        gen_link = self._link(generator)
         self._cpp = _C._DataLoader(self._cpp_dataset, options, cpp_sampler, cpp_batch_sampler,
                                    gen_link.cpp if gen_link else None)
         # Links other than the default generator are pushed after every batch (a sampler
@@ -280,16 +285,14 @@ class DataLoader(_tud.DataLoader):
         _live_loaders.add(self)
 
     # ------------------------------------------------------------------ translation
-    def _link(self, gen: Optional[torch.Generator], is_default: bool = False) -> Optional[_GeneratorLink]:
+    def _link(self, gen: Optional[torch.Generator]) -> Optional[_GeneratorLink]:
         if gen is None:
             return None
-        if gen is torch.default_generator:
-            is_default = True
         link = self._links.get(id(gen))
         if link is None:
             if not isinstance(gen, torch.Generator):
                 raise TypeError(f"generator must be a torch.Generator, got {type(gen).__name__}")
-            link = _GeneratorLink(gen, is_default)
+            link = _GeneratorLink(gen, is_default=gen is torch.default_generator)
             self._links[id(gen)] = link
         return link
 

@@ -24,10 +24,11 @@ __all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizo
 
 
 def _bilinear(cls: str, interpolation: Any) -> None:
-    name = getattr(interpolation, "value", interpolation)
-    if name != "bilinear" and interpolation != 2:
-        raise ValueError(f"loader.transforms.{cls}: interpolation={name} does not run in C++; only "
-                         "InterpolationMode.BILINEAR does")
+    from ._translate import is_bilinear
+
+    if not is_bilinear(interpolation):
+        raise ValueError(f"loader.transforms.{cls}: interpolation={getattr(interpolation, 'value', interpolation)} "
+                         "does not run in C++; only InterpolationMode.BILINEAR does")
 
 
 class Compose(_T.Compose):

@@ -317,7 +317,6 @@ struct PyGenerator {
     synced = g();
     return py::bytes(g().torch_state(std::string(base)));
   }
-  std::string torch_state(const std::string& base) { return g().torch_state(base); }
 };
 
 // ------------------------------------------------------------------ samplers drawn in Python
@@ -554,10 +553,8 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("is_default") = false)
       .def("load_torch_state", [](PyGenerator& g, const py::bytes& b) { g.load_torch(std::string(b)); })
-      .def("torch_state", [](PyGenerator& g, const py::bytes& base) { return py::bytes(g.torch_state(std::string(base))); })
       .def("changed_torch_state",
-           [](PyGenerator& g, const py::bytes& base) { return g.changed_torch_state(base); })
-      .def("initial_seed", [](PyGenerator& g) { return g.g().initial_seed(); });
+           [](PyGenerator& g, const py::bytes& base) { return g.changed_torch_state(base); });
 
   // ---- datasets
   py::class_<PyDataset, std::shared_ptr<PyDataset>>(m, "_Dataset")
@@ -815,7 +812,6 @@ PYBIND11_MODULE(_C, m) {
              std::lock_guard<std::mutex> lock(it.owner->mu);
              return it.it ? it.it->worker_pids() : std::vector<int>{};
            })
-      .def("batches_yielded", [](PyIterator& it) { return it.it ? it.it->batches_yielded() : 0; })
       .def("close", [](PyIterator& it) {
         py::gil_scoped_release release;
         std::lock_guard<std::mutex> lock(it.owner->mu);
@@ -831,7 +827,4 @@ PYBIND11_MODULE(_C, m) {
           throw loader::Error("OSError", "load_library: cannot load '" + path + "': " + std::string(::dlerror()));
       },
       py::arg("path"));
-  m.def("is_registered", [](const std::string& type) {
-    return loader::is_registered_dataset(type) || loader::is_registered_iterable_dataset(type);
-  });
 }
