@@ -80,7 +80,7 @@ class CMakeBuild(build_ext):
                     if f.endswith(".h"):
                         os.makedirs(os.path.join(dest, rel), exist_ok=True)
                         shutil.copy2(os.path.join(dirpath, f), os.path.join(dest, rel, f))
-        for f in ("dataloader.h", "worker_main.h", "shared_tensors.h"):
+        for f in ("dataloader.h", "worker_main.h", "shared_tensors.h", "serve.h", "serve_cli.h"):
             shutil.copy2(os.path.join(HERE, "actors", "loader", f), os.path.join(dest, f))
 
 

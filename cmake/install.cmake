@@ -24,12 +24,14 @@ install(TARGETS ${LOADER_INSTALL_TARGETS}
 
 # Public headers.  libloader/loader/detail/ (internal) and actors/loader/runtime/
 # (the runtime's private headers, which no public header includes) stay out: of the
-# runtime, only loader/dataloader.h, loader/worker_main.h and loader/shared_tensors.h are public.
+# runtime, only loader/dataloader.h, loader/worker_main.h, loader/shared_tensors.h, loader/serve.h
+# and loader/serve_cli.h (header only, on CLI11) are public.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/libloader/loader ${PROJECT_SOURCE_DIR}/datasets/loader
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h" PATTERN "detail" EXCLUDE)
 install(FILES ${PROJECT_SOURCE_DIR}/actors/loader/dataloader.h ${PROJECT_SOURCE_DIR}/actors/loader/worker_main.h
-  ${PROJECT_SOURCE_DIR}/actors/loader/shared_tensors.h
+  ${PROJECT_SOURCE_DIR}/actors/loader/shared_tensors.h ${PROJECT_SOURCE_DIR}/actors/loader/serve.h
+  ${PROJECT_SOURCE_DIR}/actors/loader/serve_cli.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/loader)
 
 install(EXPORT loaderTargets NAMESPACE loader:: DESTINATION ${LOADER_CMAKE_DIR})

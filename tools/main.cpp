@@ -5,7 +5,7 @@
 
 #include "command.h"
 #include "loader/error.h"
-#include "loader/serve.h"
+#include "loader/serve_cli.h"
 #include "loader/worker_main.h"
 
 #ifndef LOADER_VERSION
@@ -104,8 +104,6 @@ std::vector<double> parse_double_list(const std::string& text, const std::string
 int main(int argc, char** argv) {
   using namespace loader::tool;
   if (auto rc = loader::runtime::run_worker_if_requested(argc, argv)) return *rc;
-  // A worker host: its own options (loader/serve.h), its own signal handling.
-  if (argc > 1 && std::string(argv[1]) == "serve") return loader::runtime::serve(argc - 1, argv + 1);
 
   CLI::App app{"loader: PyTorch-style data loading from C++; this tool inspects .pt files, prints the index "
                "sequences of the samplers and runs the benchmarks.",
@@ -118,11 +116,14 @@ int main(int argc, char** argv) {
   add_bench_command(app);
   add_gpu_check_command(app);
   add_images_commands(app);
-  // Listed for --help; main() runs it before the parser (loader/serve.h).
-  app.add_subcommand("serve",
-                     "Host workers for main processes on other machines: loader serve --listen HOST:PORT --token-file F "
-                     "[--tls-cert C --tls-key K --tls-ca A] [--stats-every-ms MS] [--timeout-ms MS] (docs/remote.md)")
-      ->allow_extras();
+  // A worker host (loader/serve.h): its options from loader/serve_cli.h, as a program
+  // with dataset types of its own declares them.
+  {
+    auto* serve = app.add_subcommand("serve", "Host workers for main processes on other machines (docs/remote.md)");
+    auto o = std::make_shared<loader::runtime::ServeOptions>();
+    loader::runtime::add_serve_options(*serve, *o);
+    on_run(serve, [o] { return loader::runtime::serve(*o); });
+  }
 
   try {
     app.parse(argc, argv);

@@ -30,6 +30,8 @@ TEST(ToolCli, HelpAtEveryLevel) {
       {"split --help", {"--n", "--lengths", "--seed"}},
       {"bench --help", {"--workload", "--memcpy", "--memcpy-mb", "--reps", "--prefetch-factor", "--no-in-order"}},
       {"gpu-check --help", {"--quick", "--mb", "--repeats", "--device"}},
+      {"serve --help", {"Usage: loader serve", "--listen", "--token-file", "--tls-cert", "--tls-key", "--tls-ca",
+                        "--stats-every-ms", "--timeout-ms", "--bulk-port", "--no-bulk"}},
   };
   for (const auto& [args, want] : cases) {
     SCOPED_TRACE(args);
@@ -70,6 +72,12 @@ TEST(ToolCli, BadArgumentsExitTwoWithCli11sMessage) {
       {"sampler equibatch --labels x.json --batch-size 2 --balanced-coef 1 --seed 0 --rank 0", "--rank requires"},
       {"bench --in-order --no-in-order --workload W1", "excludes"},
       {"bench --workload W1 --reps 3", "--reps requires --memcpy"},
+      {"serve", "--listen is required"},
+      {"serve --listen 127.0.0.1:0", "--token-file is required"},
+      {"serve --listen 127.0.0.1:0 --token-file t --bogus", "--bogus"},
+      {"serve --listen 127.0.0.1:0 --token-file t --bulk-port 70000", "--bulk-port"},
+      {"serve --listen 127.0.0.1:0 --token-file t --bulk-port 7000 --no-bulk", "excludes"},
+      {"serve --listen 127.0.0.1:0 --token-file /nonexistent/token", "/nonexistent/token"},  // checked by serve()
   };
   for (const auto& [args, want] : cases) {
     SCOPED_TRACE(args);

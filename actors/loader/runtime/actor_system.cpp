@@ -17,17 +17,44 @@
 #include <caf/policy/work_stealing.hpp>
 #include <caf/scheduler/coordinator.hpp>
 
+#include <caf/io/all.hpp>
+#ifndef LOADER_WITH_CAF_OPENSSL
+#define LOADER_WITH_CAF_OPENSSL 0
+#endif
+#if LOADER_WITH_CAF_OPENSSL
+#include <caf/openssl/manager.hpp>
+#endif
+
 #include "loader/error.h"
 #include "loader/runtime/os/os_error.h"
+#include "loader/runtime/remote_protocol.h"
 
 namespace loader::runtime {
 
-RuntimeConfig::RuntimeConfig() {
+RuntimeConfig::RuntimeConfig(const SystemSpec& spec) {
   guard_scheduler_start(*this);
-  // The actors here handle rare events (deaths, restarts, ticks): two threads are plenty.
-  set("scheduler.max-threads", 2);
-  set("work-stealing.aggressive-poll-attempts", 0);
-  set("work-stealing.moderate-poll-attempts", 0);
+  if (spec.scheduler_threads > 0) set("scheduler.max-threads", spec.scheduler_threads);
+  if (!spec.poll) {
+    set("work-stealing.aggressive-poll-attempts", 0);
+    set("work-stealing.moderate-poll-attempts", 0);
+  }
+  if (spec.network) {
+    add_remote_types(*this);
+    load<caf::io::middleman>();
+    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
+  }
+  const int tls_given = !spec.tls_cert.empty() + !spec.tls_key.empty() + !spec.tls_ca.empty();
+  if (tls_given) {
+    if (!spec.network || tls_given != 3) throw RuntimeError("internal: TLS needs the network layer and all three files");
+#if LOADER_WITH_CAF_OPENSSL
+    load<caf::openssl::manager>();
+    set("openssl.certificate", spec.tls_cert);
+    set("openssl.key", spec.tls_key);
+    set("openssl.cafile", spec.tls_ca);
+#else
+    throw ValueError("TLS needs libcaf-openssl, and this build has none");
+#endif
+  }
   set("logger.verbosity", caf::atom("quiet"));
   set("logger.console", caf::atom("none"));
 }

@@ -5,14 +5,31 @@
 #include <caf/all.hpp>
 
 #include <memory>
+#include <string>
 
 namespace loader::runtime {
 
-/// The CAF configuration the runtime uses (quiet logger, 2 scheduler threads, the
-/// guarded scheduler: guard_scheduler_start).
+/// What an actor system of the runtime is for (RuntimeConfig).
+struct SystemSpec {
+  /// The scheduler's threads (0: CAF's default, one per core).
+  int scheduler_threads = 2;
+  /// CAF's busy polling before an idle scheduler thread sleeps (false: none; the
+  /// runtime's actors handle rare events).
+  bool poll = false;
+  /// CAF's network layer (middleman, BASP heartbeats every 500 ms) and the remote
+  /// protocol's types: a worker host, and the main process's system for remote workers.
+  bool network = false;
+  /// TLS on the network layer (libcaf-openssl; all three or none): this side's
+  /// certificate and key, and the CA the peer's certificate must be signed by.
+  std::string tls_cert, tls_key, tls_ca;
+};
+
+/// The one CAF configuration of the runtime (the main process's system, a worker
+/// process's, the remote workers', a worker host's): quiet logger, the guarded
+/// scheduler (guard_scheduler_start), and what `spec` asks for.
 class RuntimeConfig : public caf::actor_system_config {
  public:
-  RuntimeConfig();
+  explicit RuntimeConfig(const SystemSpec& spec = {});
 };
 
 /// Makes the systems built from `cfg` use CAF's default scheduler (work stealing) in a

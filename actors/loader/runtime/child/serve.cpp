@@ -6,7 +6,6 @@
 #define LOADER_WITH_CAF_OPENSSL 0
 #endif
 #if LOADER_WITH_CAF_OPENSSL
-#include <caf/openssl/manager.hpp>
 #include <caf/openssl/publish.hpp>
 #endif
 
@@ -19,6 +18,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -33,92 +33,32 @@ namespace loader::runtime {
 
 namespace {
 
-struct ServeOptions {
+/// What serve() runs with: the options, checked, with the token read.
+struct Checked {
+  ServeOptions o;
   HostPort listen;
   std::string token;
-  std::string tls_cert, tls_key, tls_ca;
-  int64_t stats_every_ms = 0;
-  int64_t timeout_ms = 10000;
-  int64_t bulk_port = 0;  ///< the bulk stream's port on the --listen host (0: a free one)
-  bool bulk = true;       ///< false: --no-bulk (every reply over BASP)
-  bool tls() const { return !tls_cert.empty(); }
+  bool tls() const { return !o.tls_cert.empty(); }
 };
 
-const char* kUsage =
-    "usage: loader serve --listen HOST:PORT --token-file F [--tls-cert C --tls-key K --tls-ca A] "
-    "[--stats-every-ms MS] [--timeout-ms MS] [--bulk-port P | --no-bulk]";
-
-ServeOptions parse(int argc, char** argv) {
-  ServeOptions o;
-  std::optional<std::string> listen, token_file;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ValueError("loader serve: " + a + " needs a value; " + kUsage);
-      return argv[++i];
-    };
-    auto number = [&](const std::string& v) -> int64_t {
-      try {
-        size_t used = 0;
-        const long long n = std::stoll(v, &used);
-        if (used != v.size() || n < 0) throw std::invalid_argument(v);
-        return n;
-      } catch (const std::exception&) {
-        throw ValueError("loader serve: " + a + " takes a number of milliseconds, not '" + v + "'");
-      }
-    };
-    if (a == "--listen") listen = value();
-    else if (a == "--token-file") token_file = value();
-    else if (a == "--tls-cert") o.tls_cert = value();
-    else if (a == "--tls-key") o.tls_key = value();
-    else if (a == "--tls-ca") o.tls_ca = value();
-    else if (a == "--stats-every-ms") o.stats_every_ms = number(value());
-    else if (a == "--timeout-ms") o.timeout_ms = std::max<int64_t>(100, number(value()));
-    else if (a == "--bulk-port") {
-      o.bulk_port = number(value());
-      if (o.bulk_port > 65535) throw ValueError("loader serve: --bulk-port takes a port number (0-65535)");
-    } else if (a == "--no-bulk") o.bulk = false;
-    else throw ValueError("loader serve: unknown option '" + a + "'; " + kUsage);
-  }
-  if (!listen) throw ValueError(std::string("loader serve: --listen HOST:PORT is required; ") + kUsage);
-  if (!token_file) throw ValueError(std::string("loader serve: --token-file is required (clients present its secret); ") + kUsage);
-  o.listen = parse_host_port(*listen, "loader serve --listen");
-  o.token = read_token_file(*token_file);
+Checked check(const ServeOptions& o) {
+  Checked c{o, {}, {}};
+  if (o.listen.empty()) throw ValueError("loader serve: --listen HOST:PORT is required");
+  if (o.token_file.empty()) throw ValueError("loader serve: --token-file is required (clients present its secret)");
+  if (o.stats_every_ms < 0 || o.timeout_ms < 0)
+    throw ValueError("loader serve: --stats-every-ms and --timeout-ms take a number of milliseconds (0 or more)");
+  if (o.bulk_port < 0 || o.bulk_port > 65535) throw ValueError("loader serve: --bulk-port takes a port number (0-65535)");
+  c.o.timeout_ms = std::max<int64_t>(100, o.timeout_ms);
+  c.listen = parse_host_port(o.listen, "loader serve --listen");
+  c.token = read_token_file(o.token_file);
   const int tls_given = !o.tls_cert.empty() + !o.tls_key.empty() + !o.tls_ca.empty();
   if (tls_given != 0 && tls_given != 3)
     throw ValueError("loader serve: TLS needs all of --tls-cert, --tls-key and --tls-ca");
 #if !LOADER_WITH_CAF_OPENSSL
   if (tls_given) throw ValueError("loader serve: this build has no TLS (it was built without libcaf-openssl)");
 #endif
-  return o;
+  return c;
 }
-
-/// The worker host's actor system: CAF's network layer (and TLS), BASP heartbeats so
-/// that a silent peer is dropped, the runtime's message types.
-class ServeConfig : public caf::actor_system_config {
- public:
-  explicit ServeConfig(const ServeOptions& o) {
-    guard_scheduler_start(*this);
-    add_remote_types(*this);
-    load<caf::io::middleman>();
-#if LOADER_WITH_CAF_OPENSSL
-    if (o.tls()) {
-      load<caf::openssl::manager>();
-      set("openssl.certificate", o.tls_cert);
-      set("openssl.key", o.tls_key);
-      set("openssl.cafile", o.tls_ca);
-    }
-#endif
-    // Heartbeats on every connection (a client may drop a silent host); no connection
-    // timeout here: a client over TLS sends no BASP heartbeats (CAF 0.17's TLS broker),
-    // so an idle but healthy connection would be cut and the client's cached route to
-    // this host left dead.  A silent client is noticed by its session instead (no ping
-    // for --timeout-ms: the session ends).
-    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
-    set("logger.verbosity", caf::atom("quiet"));
-    set("logger.console", caf::atom("none"));
-  }
-};
 
 void log_line(const std::string& s) {
   std::cerr << "loader serve: " << s << std::endl;
@@ -220,10 +160,10 @@ caf::behavior gate_behavior(caf::event_based_actor* self, std::string token, Ser
 
 bool has_tls() { return LOADER_WITH_CAF_OPENSSL != 0; }
 
-int serve(int argc, char** argv) {
-  ServeOptions o;
+int serve(const ServeOptions& options) {
+  Checked o;
   try {
-    o = parse(argc, argv);
+    o = check(options);
   } catch (const Error& e) {
     std::cerr << e.what() << "\n";
     return 2;
@@ -237,22 +177,35 @@ int serve(int argc, char** argv) {
   ServeCounters counters;
   int rc = 0;
   try {
-    ServeConfig cfg(o);
+    // The worker host's actor system: CAF's network layer (and TLS), BASP heartbeats on
+    // every connection (a client may drop a silent host), the runtime's message types.
+    // No connection timeout here: a client over TLS sends no BASP heartbeats (CAF 0.17's
+    // TLS broker), so an idle but healthy connection would be cut and the client's cached
+    // route to this host left dead.  A silent client is noticed by its session instead
+    // (no ping for --timeout-ms: the session ends).
+    SystemSpec spec;
+    spec.scheduler_threads = 0;
+    spec.poll = true;
+    spec.network = true;
+    spec.tls_cert = o.o.tls_cert;
+    spec.tls_key = o.o.tls_key;
+    spec.tls_ca = o.o.tls_ca;
+    RuntimeConfig cfg(spec);
     auto sys = start_actor_system(cfg);
     // The bulk stream's port, on the host --listen names (none over TLS: CAF's OpenSSL
     // module encrypts BASP only, and a batch must not cross unencrypted where TLS is asked for).
     std::unique_ptr<BulkListener> bulk;
-    if (o.bulk && !o.tls()) {
+    if (o.o.bulk && !o.tls()) {
       try {
-        bulk = std::make_unique<BulkListener>(o.listen.host, static_cast<uint16_t>(o.bulk_port),
-                                              std::chrono::milliseconds(o.timeout_ms),
-                                              std::chrono::milliseconds(o.timeout_ms));
+        bulk = std::make_unique<BulkListener>(o.listen.host, static_cast<uint16_t>(o.o.bulk_port),
+                                              std::chrono::milliseconds(o.o.timeout_ms),
+                                              std::chrono::milliseconds(o.o.timeout_ms));
       } catch (const Error& e) {
         std::cerr << "loader serve: " << e.what() << " (--bulk-port P names another, --no-bulk does without)\n";
         return 1;
       }
     }
-    auto gate = sys->spawn(gate_behavior, o.token, &counters, std::chrono::milliseconds(o.timeout_ms), bulk.get());
+    auto gate = sys->spawn(gate_behavior, o.token, &counters, std::chrono::milliseconds(o.o.timeout_ms), bulk.get());
 #if LOADER_WITH_CAF_OPENSSL
     caf::expected<uint16_t> port = o.tls() ? caf::openssl::publish(gate, o.listen.port, o.listen.host.c_str())
                                            : sys->middleman().publish(gate, o.listen.port, o.listen.host.c_str());
@@ -267,12 +220,12 @@ int serve(int argc, char** argv) {
     std::cout << "{\"listening\": \"" << o.listen.host << ":" << *port << "\", \"tls\": " << (o.tls() ? "true" : "false")
               << ", \"bulk_port\": " << (bulk ? bulk->port() : 0) << "}" << std::endl;
     const auto start = std::chrono::steady_clock::now();
-    const int64_t period = o.stats_every_ms > 0 ? o.stats_every_ms : 1000;
+    const int64_t period = o.o.stats_every_ms > 0 ? o.o.stats_every_ms : 1000;
     while (true) {
       timespec ts{static_cast<time_t>(period / 1000), static_cast<long>((period % 1000) * 1000000)};
       const int sig = sigtimedwait(&stop, nullptr, &ts);
       if (sig == SIGINT || sig == SIGTERM) break;
-      if (o.stats_every_ms > 0) {
+      if (o.o.stats_every_ms > 0) {
         const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         std::cout << "{\"t_s\": " << t << ", \"clients\": " << counters.clients.load()
                   << ", \"sessions\": " << counters.sessions.load() << ", \"refused\": " << counters.refused.load()

@@ -36,20 +36,8 @@ uint64_t address_of(const ShmMapping& m) { return reinterpret_cast<uint64_t>(m.d
 /// the worker's actors on its own thread; CAF's threads only see what another thread
 /// of the process sends, which nothing does today), quiet, the guarded scheduler
 /// (guard_scheduler_start: a thread it cannot start is an error, not a crash).
-class WorkerProcessConfig : public caf::actor_system_config {
- public:
-  /// The threads CAF starts for it: the scheduler's one, its clock, and one for
-  /// detached work.
-  static constexpr int kThreads = 3;
-  WorkerProcessConfig() {
-    guard_scheduler_start(*this);
-    set("scheduler.max-threads", 1);
-    set("work-stealing.aggressive-poll-attempts", 0);
-    set("work-stealing.moderate-poll-attempts", 0);
-    set("logger.verbosity", caf::atom("quiet"));
-    set("logger.console", caf::atom("none"));
-  }
-};
+/// The threads CAF starts for it: the scheduler's one, its clock, and one for detached work.
+constexpr int kWorkerSystemThreads = 3;
 
 }  // namespace
 
@@ -236,8 +224,10 @@ int run_worker_loop(int sock, pid_t parent) {
   try {
     if (parent) {
       // A worker process: an actor system of its own, for the worker actor it hosts.
-      static WorkerProcessConfig* cfg = new WorkerProcessConfig();  // systems keep a reference
-      probe_system_threads(WorkerProcessConfig::kThreads);
+      SystemSpec spec;
+      spec.scheduler_threads = 1;
+      static RuntimeConfig* cfg = new RuntimeConfig(spec);  // systems keep a reference
+      probe_system_threads(kWorkerSystemThreads);
       // The probe can pass and CAF still fail to start a thread: the main process and
       // the other workers share a process limit (a pids cgroup) and start threads
       // meanwhile.  The guarded scheduler turns that into start_actor_system's
