@@ -277,5 +277,65 @@ TEST(Frames, ARemoteReplyThatLiesAboutItsPartsIsRefused) {
   EXPECT_EQ(read_body(f.front, f.front.size() + 4000), ReadStatus::Eof);  // the stream ends inside the batch
 }
 
+// The bulk stream's reader (RemoteTransport's bulk reader thread): a header that claims
+// more than a frame may have is an error naming the claim, read before any body is
+// allocated; a frame of a type the bulk stream does not carry is refused; real frames pass.
+TEST(Frames, ABulkStreamFrameThatClaimsMoreThanTheCapIsRefusedBeforeAnAllocation) {
+  auto read_stream = [](const std::string& bytes, BulkFrame& out) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) throw std::runtime_error("socketpair");
+    UniqueFd a(sv[0]), b(sv[1]);
+    EXPECT_EQ(::write(a.get(), bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    ::shutdown(a.get(), SHUT_WR);
+    return read_bulk_frame(b.get(), out);
+  };
+  auto header = [](uint32_t len, FrameType type) {
+    std::string h(kFrameHeaderBytes, '\0');
+    std::memcpy(h.data(), &len, 4);
+    h[4] = static_cast<char>(type);
+    return h;
+  };
+  for (FrameType type : {FrameType::Ready, FrameType::StreamStart, FrameType::InitError, FrameType::RemoteReply}) {
+    SCOPED_TRACE(frame_type_name(type));
+    for (uint32_t len : {0xFFFFFFFFu, static_cast<uint32_t>(kMaxFrameBody + 2)}) {
+      BulkFrame f;
+      try {
+        read_stream(header(len, type) + "abc", f);  // a peer that claims ~4 GiB and sends 3 bytes
+        ADD_FAILURE() << "a frame claiming " << len << " bytes was read";
+      } catch (const RuntimeError& e) {
+        EXPECT_NE(std::string(e.what()).find(std::to_string(len - 1)), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("more than a frame may have"), std::string::npos) << e.what();
+      }
+      EXPECT_TRUE(f.body.empty());
+    }
+  }
+  {
+    BulkFrame f;
+    EXPECT_THROW(read_stream(header(1, FrameType::Task), f), RuntimeError);  // not a bulk stream's frame
+    EXPECT_THROW(read_stream(header(0, FrameType::Ready), f), RuntimeError);  // no type byte
+  }
+  // Real frames: a Ready body and an Error reply.
+  {
+    BulkFrame f;
+    ASSERT_EQ(read_stream(header(4, FrameType::Ready) + "pid", f), ReadStatus::Ok);
+    EXPECT_EQ(f.type, FrameType::Ready);
+    EXPECT_EQ(f.body, "pid");
+  }
+  {
+    WorkerReply error;
+    error.kind = WorkerReply::Kind::Error;
+    error.task = 9;
+    error.error_type = "ValueError";
+    const std::string front = RemoteReplyFrame::encode(error, "b", "a").front;
+    BulkFrame f;
+    ASSERT_EQ(read_stream(header(static_cast<uint32_t>(front.size() + 1), FrameType::RemoteReply) + front, f),
+              ReadStatus::Ok);
+    EXPECT_EQ(f.reply.task, 9u);
+    EXPECT_EQ(f.reply.error_type, "ValueError");
+    EXPECT_EQ(f.before, "b");
+    EXPECT_EQ(f.after, "a");
+  }
+}
+
 }  // namespace
 }  // namespace loader::runtime

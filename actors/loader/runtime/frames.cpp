@@ -392,4 +392,22 @@ ReadStatus RemoteReplyFrame::read(int sock, uint64_t body, WorkerReply& out, std
   return ReadStatus::Ok;
 }
 
+ReadStatus read_bulk_frame(int sock, BulkFrame& out, TensorAllocator* alloc) {
+  char header[kFrameHeaderBytes];
+  if (ReadStatus st = read_bytes(sock, header, kFrameHeaderBytes); st != ReadStatus::Ok) return st;
+  const FrameHeader h = parse_frame_header(header);
+  out.type = h.type;
+  switch (h.type) {
+    case FrameType::RemoteReply:
+      return RemoteReplyFrame::read(sock, h.body, out.reply, &out.before, &out.after, alloc);
+    case FrameType::Ready:
+    case FrameType::StreamStart:
+    case FrameType::InitError:
+      out.body.assign(static_cast<size_t>(h.body), '\0');
+      return read_bytes(sock, out.body.data(), out.body.size());
+    default:
+      throw RuntimeError(std::string("an unexpected ") + frame_type_name(h.type) + " frame on a bulk stream");
+  }
+}
+
 }  // namespace loader::runtime

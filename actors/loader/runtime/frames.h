@@ -162,6 +162,21 @@ struct RemoteReplyFrame {
                          TensorAllocator* alloc = nullptr);
 };
 
+/// One frame of a remote session's bulk stream, as the trainer reads it: a RemoteReply
+/// (its tensors read straight from the socket), or a Ready, StreamStart or InitError
+/// frame's body.
+struct BulkFrame {
+  FrameType type = FrameType::RemoteReply;
+  WorkerReply reply;          ///< RemoteReply
+  std::string before, after;  ///< RemoteReply: the generator states its task started from and ended with
+  std::string body;           ///< the other types
+};
+/// Reads the next frame of a bulk stream from `sock` into `out` (the one reader of the
+/// bulk stream: header, cap, body).  Not Ok when the stream ended or broke first; throws
+/// RuntimeError for a header that claims more than kMaxFrameBody (nothing is allocated
+/// for it), a malformed body, or a frame type the bulk stream does not carry.
+ReadStatus read_bulk_frame(int sock, BulkFrame& out, TensorAllocator* alloc = nullptr);
+
 /// StreamStart: how the stream answering `task` began.
 std::string encode_stream_start(uint64_t task, const StreamStart& start);
 std::pair<uint64_t, StreamStart> decode_stream_start(const std::string& body);

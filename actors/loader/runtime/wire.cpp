@@ -66,6 +66,17 @@ std::string Reader::rest() {
   return s;
 }
 
+FrameHeader parse_frame_header(const char* h) {
+  uint32_t len;
+  std::memcpy(&len, h, 4);
+  const auto type = static_cast<FrameType>(static_cast<uint8_t>(h[4]));
+  if (len == 0) throw RuntimeError("a frame of length 0 (a frame holds at least its type)");
+  if (len - 1 > kMaxFrameBody)
+    throw RuntimeError(std::string("a ") + frame_type_name(type) + " frame claims a body of " + std::to_string(len - 1) +
+                       " bytes, more than a frame may have (" + std::to_string(kMaxFrameBody >> 20) + " MiB)");
+  return FrameHeader{type, len - 1};
+}
+
 bool write_frame(int sock, FrameType type, const std::string& body, int fd) {
   return write_frame_parts(sock, type, {body}, fd);
 }
@@ -74,11 +85,12 @@ namespace {
 bool write_parts(int sock, FrameType type, const std::string_view* parts, size_t nparts, int fd) {
   uint64_t body = 0;
   for (size_t i = 0; i < nparts; ++i) body += parts[i].size();
-  if (body + 1 > UINT32_MAX)
+  if (body > kMaxFrameBody)
     throw RuntimeError(std::string("a ") + frame_type_name(type) + " frame of " + std::to_string(body) +
-                       " bytes is larger than a frame can be (4 GiB): use a smaller batch_size");
+                       " bytes is larger than a frame can be (" + std::to_string(kMaxFrameBody >> 20) +
+                       " MiB): use a smaller batch_size");
   const auto len = static_cast<uint32_t>(body + 1);
-  char header[5];
+  char header[kFrameHeaderBytes];
   std::memcpy(header, &len, 4);
   header[4] = static_cast<char>(type);
   iovec stack[16];
@@ -89,7 +101,7 @@ bool write_parts(int sock, FrameType type, const std::string_view* parts, size_t
     iov = heap.data();
   }
   size_t count = 0;
-  iov[count++] = {header, 5};
+  iov[count++] = {header, kFrameHeaderBytes};
   for (size_t i = 0; i < nparts; ++i)
     if (!parts[i].empty()) iov[count++] = {const_cast<char*>(parts[i].data()), parts[i].size()};
   // The descriptor goes with the first sendmsg (its first byte); a partial write goes
@@ -177,17 +189,21 @@ ReadStatus FrameReader::next(Frame& out) {
   out.fd.reset();
   while (true) {
     size_t have = end_ - begin_;
-    if (have >= 5) {
-      uint32_t len;
-      std::memcpy(&len, buf_.data() + begin_, 4);
-      if (len == 0 || len > (1u << 30)) return ReadStatus::Error;
-      if (have >= 4 + static_cast<size_t>(len)) {
-        out.type = static_cast<FrameType>(static_cast<uint8_t>(buf_[begin_ + 4]));
-        out.body.assign(buf_.data() + begin_ + 5, len - 1);
-        begin_ += 4 + len;
+    if (have >= kFrameHeaderBytes) {
+      FrameHeader h;
+      try {
+        h = parse_frame_header(buf_.data() + begin_);
+      } catch (const Error&) {
+        return ReadStatus::Error;
+      }
+      const size_t whole = kFrameHeaderBytes + static_cast<size_t>(h.body);
+      if (have >= whole) {
+        out.type = h.type;
+        out.body.assign(buf_.data() + begin_ + kFrameHeaderBytes, static_cast<size_t>(h.body));
+        begin_ += whole;
         return ReadStatus::Ok;
       }
-      if (4 + static_cast<size_t>(len) > buf_.size()) buf_.resize(4 + static_cast<size_t>(len));
+      if (whole > buf_.size()) buf_.resize(whole);
     }
     // Compact, then read whatever has arrived (at least one byte, blocking).
     if (begin_ > 0) {
@@ -214,23 +230,24 @@ ReadStatus read_frame(int sock, Frame& out, int timeout_ms) {
     if (r == 0) return ReadStatus::Timeout;
     break;
   }
-  char header[5];
+  char header[kFrameHeaderBytes];
   int fd = -1;
-  ReadStatus st = read_exact(sock, header, 5, &fd);
+  ReadStatus st = read_exact(sock, header, kFrameHeaderBytes, &fd);
   if (st != ReadStatus::Ok) {
     if (fd >= 0) close(fd);
     return st;
   }
-  uint32_t len;
-  std::memcpy(&len, header, 4);
-  if (len == 0 || len > (1u << 30)) {
+  FrameHeader h;
+  try {
+    h = parse_frame_header(header);
+  } catch (const Error&) {
     if (fd >= 0) close(fd);
     return ReadStatus::Error;
   }
-  out.type = static_cast<FrameType>(static_cast<uint8_t>(header[4]));
-  out.body.resize(len - 1);
-  if (len > 1) {
-    st = read_exact(sock, out.body.data(), len - 1, nullptr);
+  out.type = h.type;
+  out.body.resize(static_cast<size_t>(h.body));
+  if (h.body > 0) {
+    st = read_exact(sock, out.body.data(), static_cast<size_t>(h.body), nullptr);
     if (st != ReadStatus::Ok) {
       if (fd >= 0) close(fd);
       return st == ReadStatus::Eof ? ReadStatus::Error : st;

@@ -31,27 +31,6 @@ namespace {
 /// when the first remote pool asks for it), made on first use and kept to the process's
 /// end.  BASP heartbeats keep an idle connection alive at the host (its connection
 /// timeout); the loss of a host is decided by the transports themselves.
-class RemoteConfig : public caf::actor_system_config {
- public:
-  explicit RemoteConfig(const RemoteWorkerSpec& s) {
-    guard_scheduler_start(*this);
-    add_remote_types(*this);
-    load<caf::io::middleman>();
-#if LOADER_WITH_CAF_OPENSSL
-    if (!s.tls_cert.empty()) {
-      load<caf::openssl::manager>();
-      set("openssl.certificate", s.tls_cert);
-      set("openssl.key", s.tls_key);
-      set("openssl.cafile", s.tls_ca);
-    }
-#endif
-    set("scheduler.max-threads", 2);
-    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
-    set("logger.verbosity", caf::atom("quiet"));
-    set("logger.console", caf::atom("none"));
-  }
-};
-
 caf::actor_system& remote_system(const RemoteWorkerSpec& s) {
   static std::mutex mu;
   static caf::actor_system* sys = nullptr;  // kept to the process's end
@@ -63,7 +42,13 @@ caf::actor_system& remote_system(const RemoteWorkerSpec& s) {
     if (!s.tls_cert.empty())
       throw ValueError("DataLoader: remote_tls_* needs TLS, and this build has none (built without libcaf-openssl)");
 #endif
-    auto* cfg = new RemoteConfig(s);  // the system keeps a reference to its configuration
+    SystemSpec spec;
+    spec.poll = true;
+    spec.network = true;
+    spec.tls_cert = s.tls_cert;
+    spec.tls_key = s.tls_key;
+    spec.tls_ca = s.tls_ca;
+    auto* cfg = new RuntimeConfig(spec);  // the system keeps a reference to its configuration
     sys = start_actor_system(*cfg).release();
     tls_key = key;
   } else if (key != tls_key) {
@@ -405,26 +390,13 @@ void RemoteTransport::read_bulk(std::shared_ptr<Inbox> inbox, std::shared_ptr<Un
   BufferPool pool;
   try {
     while (true) {
-      char header[5];
-      if (read_bytes(fd->get(), header, 5) != ReadStatus::Ok) break;
-      uint32_t len = 0;
-      std::memcpy(&len, header, 4);
-      const auto type = static_cast<FrameType>(static_cast<uint8_t>(header[4]));
-      if (len == 0) throw RuntimeError("a frame of length 0");
-      const uint64_t body = len - 1;
-      if (type == FrameType::RemoteReply) {
-        // The batch's tensors are read straight from the socket into their memory.
-        WorkerReply r;
-        std::string before, after;
-        if (RemoteReplyFrame::read(fd->get(), body, r, &before, &after, &pool) != ReadStatus::Ok) break;
-        result_msg m{r.task, std::move(r), -1};
-        inbox->reply(gen, m, before, after);
-      } else if (type == FrameType::Ready || type == FrameType::StreamStart || type == FrameType::InitError) {
-        std::string b(body, '\0');
-        if (read_bytes(fd->get(), b.data(), b.size()) != ReadStatus::Ok) break;
-        inbox->frame(gen, type, std::move(b));
+      BulkFrame f;
+      if (read_bulk_frame(fd->get(), f, &pool) != ReadStatus::Ok) break;
+      if (f.type == FrameType::RemoteReply) {
+        result_msg m{f.reply.task, std::move(f.reply), -1};
+        inbox->reply(gen, m, f.before, f.after);
       } else {
-        throw RuntimeError(std::string("an unexpected ") + frame_type_name(type) + " frame");
+        inbox->frame(gen, f.type, std::move(f.body));
       }
     }
   } catch (const std::exception& e) {
