@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -412,6 +413,59 @@ TEST(Remote, AFrozenHostIsLostWithinTheTimeoutAndItsTasksGoOnElsewhere) {
   EXPECT_GE(run.fault_to_end_s, 1.0);
   EXPECT_LT(run.fault_to_end_s, 1.5 + 5.0);
   host.stop(SIGKILL);
+}
+
+TEST(Remote, HostsFrozenTogetherAreAllLostWithinTheTimeoutAndTheEpochGoesOn) {
+  // Each remote slot's restart probes the other hosts (a frozen one accepts the TCP
+  // connection in its kernel and answers nothing until remote_timeout).  On the
+  // scheduler's two threads, the restarts of the first two slots declared lost held
+  // both (each trying the other frozen hosts, a timeout each), and the third slot's
+  // watchdog look waited behind them: it was declared lost seconds late.  A remote
+  // slot's actor has its own thread.
+  const TokenFile token("freeze-three");
+  std::vector<Value> want;
+  {
+    DataLoaderOptions four = options(4, {}, "");
+    DataLoader dl(draws(600, 2), four);
+    want = all_batches(dl);
+  }
+  Host a(token), b(token), c(token);
+  DataLoaderOptions o = options(1, {a.address(), b.address(), c.address()}, token);
+  o.remote_timeout_ms = 1000;
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> warned;
+  WarningHandler previous = set_warning_handler([&](const Warning& w) {
+    std::lock_guard<std::mutex> l(mu);
+    warned.emplace_back(w.message, std::chrono::steady_clock::now());
+  });
+  std::vector<Value> got;
+  std::chrono::steady_clock::time_point frozen_at{};
+  std::string error;
+  {
+    DataLoader dl(draws(600, 2), o);
+    std::thread faulter([&] {
+      if (!a.wait_tasks_done(3) || !b.wait_tasks_done(3) || !c.wait_tasks_done(3)) return;
+      frozen_at = std::chrono::steady_clock::now();
+      for (Host* h : {&a, &b, &c}) h->signal(SIGSTOP);
+    });
+    error = error_of([&] { got = all_batches(dl); });
+    faulter.join();
+  }
+  set_warning_handler(std::move(previous));
+  EXPECT_EQ(error, "");
+  expect_same_batches(got, want, "three hosts frozen together");
+  ASSERT_NE(frozen_at, std::chrono::steady_clock::time_point{}) << "the hosts did not all answer 3 tasks";
+  for (const Host* h : {&a, &b, &c}) {
+    SCOPED_TRACE(h->address());
+    std::optional<double> lost_after_s;
+    for (const auto& [message, at] : warned)
+      if (!lost_after_s && message.find("DataLoader worker on " + h->address()) != std::string::npos)
+        lost_after_s = std::chrono::duration<double>(at - frozen_at).count();
+    ASSERT_TRUE(lost_after_s.has_value()) << "no warning names the host";
+    EXPECT_GE(*lost_after_s, 0.5);
+    EXPECT_LT(*lost_after_s, 1.0 + 2.0) << "declared lost later than remote_timeout + 2 s";
+  }
+  for (Host* h : {&a, &b, &c}) h->stop(SIGKILL);
 }
 
 TEST(Remote, ALostHostsTasksGoToAnotherHost) {

@@ -24,7 +24,7 @@ pool_actor::behavior_type pool_behavior(pool_pointer self, std::weak_ptr<WorkerC
   self->state.tick = tick;
   self->state.tune_every = tune_every;
   for (const auto& w : self->state.workers) self->monitor(w);
-  // A worker actor that stops while its pool lives leaves its worker without restarts,
+  // A slot actor that stops while its pool lives leaves its worker without restarts,
   // flushes and watchdog: the loader fails, saying which and why.
   self->set_down_handler([self](caf::down_msg& dm) {
     int worker = -1;
@@ -75,9 +75,10 @@ pool_actor spawn_pool_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl>
 }
 
 PoolActors::PoolActors(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int workers,
-                       std::chrono::milliseconds tick, std::chrono::milliseconds tune_every)
+                       std::chrono::milliseconds tick, std::chrono::milliseconds tune_every, int own_thread_from)
     : sys_(sys) {
-  for (int k = 0; k < workers; ++k) workers_.push_back(spawn_slot_actor(sys, control, k));
+  for (int k = 0; k < workers; ++k)
+    workers_.push_back(spawn_slot_actor(sys, control, k, own_thread_from >= 0 && k >= own_thread_from));
   pool_ = spawn_pool_actor(sys, std::move(control), workers_, tick, tune_every);
 }
 

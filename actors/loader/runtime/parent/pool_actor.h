@@ -1,17 +1,17 @@
 // The pool actor and the owner of a pool's actors.
 //
 // The pool actor (one per worker pool) keeps the watchdog clock (every `tick` it
-// tells each worker actor to look at its process), with num_workers = auto the
+// tells each slot actor to look at its process), with num_workers = auto the
 // autotuner's clock (every 100 ms it asks the pipeline to tune, and tells the worker
-// actors of the workers to retire or start: park, unpark), and supervises the worker actors:
-// it monitors each, and a worker actor that stops while the pool lives (it cannot
+// slot actors of the workers to retire or start: park, unpark), and supervises the slot actors:
+// it monitors each, and a slot actor that stops while the pool lives (it cannot
 // by design; an exception CAF caught, a bug) fails the loader with a message that
 // names the worker and the reason, instead of leaving its restarts undone.
 //
 // PoolActors owns every actor of one pool: made before any worker starts (so every
 // death and every queued frame has an actor to go to), stopped before the pipeline
 // shuts down, in a fixed order: the pool actor first (no watchdog look during
-// teardown), then the worker actors (no restart during teardown).
+// teardown), then the slot actors (no restart during teardown).
 #pragma once
 
 #include <caf/all.hpp>
@@ -36,17 +36,19 @@ pool_actor spawn_pool_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl>
 
 class PoolActors {
  public:
-  /// One worker actor per slot (0 .. workers-1), then the pool actor over them.
-  /// Called on the application thread.
+  /// One slot actor per slot (0 .. workers-1), then the pool actor over them.  The
+  /// slots from `own_thread_from` on (a pool's remote workers) get actors of their own
+  /// thread (spawn_slot_actor).  Called on the application thread.
   PoolActors(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int workers,
-             std::chrono::milliseconds tick, std::chrono::milliseconds tune_every = std::chrono::milliseconds(0));
+             std::chrono::milliseconds tick, std::chrono::milliseconds tune_every = std::chrono::milliseconds(0),
+             int own_thread_from = -1);
   PoolActors(const PoolActors&) = delete;
   PoolActors& operator=(const PoolActors&) = delete;
   /// stop() unless send_exits() or stop() ran.
   ~PoolActors();
 
-  /// How the pipeline's reader threads reach the worker actors (restart_later: a
-  /// down to worker actor k; flush_later: a flush).  The hooks hold actor handles
+  /// How the pipeline's reader threads reach the slot actors (restart_later: a
+  /// down to slot actor k; flush_later: a flush).  The hooks hold actor handles
   /// only; sending to a stopped actor does nothing.  Callable from any thread.
   PipelineHooks hooks() const;
 

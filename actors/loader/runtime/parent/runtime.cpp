@@ -155,11 +155,13 @@ class WorkerPool final : public ExitTeardown {
       cfg.autotune = t;
     }
     const int workers = static_cast<int>(cfg.workers.size());
+    const int local = workers - static_cast<int>(cfg.remote.size());
     const bool tuned = cfg.autotune.has_value();
     pipeline_ = std::make_shared<Pipeline>(std::move(cfg), state.slab_store);
-    // The actors exist before any worker can report anything.
+    // The actors exist before any worker can report anything.  A remote slot's actor has
+    // a thread of its own: its starts block (up to remote_timeout each).
     actors_ = std::make_unique<PoolActors>(*system_, pipeline_, workers, std::chrono::milliseconds(250),
-                                           std::chrono::milliseconds(tuned ? 100 : 0));
+                                           std::chrono::milliseconds(tuned ? 100 : 0), local);
     pipeline_->set_hooks(actors_->hooks());
     pipeline_->start_workers();
   }
@@ -179,6 +181,9 @@ class WorkerPool final : public ExitTeardown {
     if (pipeline_) {
       pipeline_->shutdown();
       pipeline_->stop_stages();  // the stage actors end before the system can go
+      // The hooks hold the slot actors' handles: a detached actor's thread ends only once
+      // its actor is destroyed, and the system's destructor waits for that thread.
+      pipeline_->set_hooks({});
     }
     actors_.reset();
     system_.reset();  // the last holder destroys the actor system
@@ -237,7 +242,6 @@ std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_s
   return std::make_shared<WorkerPool>(state, base_seed, first_index);
 }
 
-std::vector<int> worker_pids(WorkerPool& pool) { return pool.pipeline().pids(); }
 
 // ------------------------------------------------------------------ the epoch
 namespace {

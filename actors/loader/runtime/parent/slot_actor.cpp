@@ -61,7 +61,9 @@ slot_actor::behavior_type worker_behavior(worker_pointer self, std::weak_ptr<Wor
 
 }  // namespace
 
-slot_actor spawn_slot_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int worker) {
+slot_actor spawn_slot_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int worker,
+                            bool own_thread) {
+  if (own_thread) return sys.spawn<caf::detached>(worker_behavior, std::move(control), worker);
   return sys.spawn(worker_behavior, std::move(control), worker);
 }
 

@@ -1,4 +1,4 @@
-// The worker actor: one per worker slot of a pool, a thin shell over the slot's
+// The slot actor: one per worker slot of a pool, a thin shell over the slot's
 // control operations (WorkerControl, implemented by the Pipeline; a fake in
 // actor-level tests).  Any exception in it becomes the loader's fatal error naming
 // the worker and what it was doing; it never dies silently and never waits for a
@@ -19,7 +19,7 @@
 namespace loader::runtime {
 
 /// What the worker and pool actors act on.  restart/flush/watch of worker k are
-/// called on worker actor k's thread only (so one thread at a time per worker);
+/// called on slot actor k's thread only (so one thread at a time per worker);
 /// fail_all on any actor's thread.
 class WorkerControl {
  public:
@@ -31,7 +31,7 @@ class WorkerControl {
   /// Looks at `worker`'s process (frozen, exited, never started); called every `tick`.
   virtual void watch(int worker, std::chrono::milliseconds tick) = 0;
   /// num_workers = auto: retires `worker` (it holds no task: its process exits) or
-  /// starts it again; worker actor k's thread.
+  /// starts it again; slot actor k's thread.
   virtual void park(int /*worker*/) {}
   virtual void unpark(int /*worker*/) {}
   /// num_workers = auto: the autotuner looks at the figures (pool actor's thread, every
@@ -42,7 +42,11 @@ class WorkerControl {
 };
 
 /// Spawns the actor of worker slot `worker`.  It holds `control` weakly: once the
-/// pipeline is gone its messages do nothing.
-slot_actor spawn_slot_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int worker);
+/// pipeline is gone its messages do nothing.  `own_thread`: detached (a thread of its
+/// own), for a slot whose work can block (a remote worker's start: a connection probe
+/// and requests, each bounded by remote_timeout), so that it never holds one of the
+/// scheduler's threads, which the pool actor's clock and the other slots need.
+slot_actor spawn_slot_actor(caf::actor_system& sys, std::weak_ptr<WorkerControl> control, int worker,
+                            bool own_thread = false);
 
 }  // namespace loader::runtime
