@@ -287,18 +287,26 @@ Value encode_checkpoint(const ResumePlan& p, const LoaderState& loader) {
   });
 }
 
-ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams, bool strict) {
-  const DataLoaderOptions& o = loader.options;
+namespace {
+
+/// 'format': this loader's format, or format 1.
+void check_format(const Value& state) {
   if (!state.is_dict()) bad("expected the dict DataLoader::state_dict() returned, got " + state.repr().substr(0, 80));
   const Value& format = field(state, "format");
   const bool format1 = format.is_string() && format.to_string() == kFormat1;
   if (!format1 && !(format.is_int() && format.to_int() == kFormat))
     bad("'format' is " + format.repr().substr(0, 80) + ", expected " + std::to_string(kFormat) + " (or format 1's '" +
         kFormat1 + "'): not a checkpoint of this loader's version");
+}
+
+/// 'num_workers', 'persistent_workers' against this loader's (`strict`: both the same;
+/// an iterable dataset: always).  Returns the checkpoint's worker count; `same_workers`:
+/// both settings are this loader's.
+uint64_t check_workers(const Value& state, const DataLoaderOptions& o, bool iterable, bool strict, bool& same_workers) {
   const uint64_t workers = count_of(state, "num_workers");
   const bool persistent = flag_of(state, "persistent_workers");
-  const bool same_workers = workers == static_cast<uint64_t>(o.pool_workers()) && persistent == o.persistent_workers;
-  if (loader.iterable && !same_workers)
+  same_workers = workers == static_cast<uint64_t>(o.pool_workers()) && persistent == o.persistent_workers;
+  if (iterable && !same_workers)
     bad("the checkpoint is of a loader with num_workers=" + std::to_string(workers) + std::string(", persistent_workers=") +
         (persistent ? "true" : "false") + ", this one has num_workers=" + std::to_string(o.pool_workers()) +
         ", persistent_workers=" + (o.persistent_workers ? "true" : "false") +
@@ -318,6 +326,11 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
         (o.persistent_workers ? "false" : "true") + ", this one has persistent_workers=" +
         (o.persistent_workers ? "true" : "false") +
         ": use the same setting as the loader checkpointed (or load_state_dict(state, /*strict=*/false))");
+  return workers;
+}
+
+/// 'worker_seeding' against this loader's.
+void check_seeding(const Value& state, const DataLoaderOptions& o) {
   // Absent (format 1, earlier format 2): the loader seeded per worker, PyTorch's way.
   std::string theirs_seeding = "per-worker";
   if (state.contains("worker_seeding")) {
@@ -332,7 +345,10 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
         worker_seeding_name(o.worker_seeding) +
         ": the workers' random draws of the rest of the epoch follow the seeding, so set "
         "DataLoaderOptions::worker_seeding as the loader checkpointed did");
-  const Shape shape = shape_of(loader);
+}
+
+/// The dataset's size and the batching against this loader's.
+void check_shape(const Value& state, const Shape& shape) {
   auto same = [&](const std::string& key, int64_t mine, const std::string& what) {
     const int64_t theirs = int_of(state, key);
     if (theirs != mine)
@@ -345,8 +361,10 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
     bad(std::string("the checkpoint is of a loader with drop_last=") + (shape.drop_last ? "false" : "true") +
         ": resume with the same drop_last");
   same("batches_per_epoch", shape.batches_per_epoch, "batches per epoch (len(loader))");
-  ResumePlan p;
-  p.same_workers = same_workers;
+}
+
+/// Where the epoch stood: finished, consumed, sampled, exhausted, delivered above.
+void decode_position(const Value& state, const Shape& shape, bool in_order, ResumePlan& p) {
   p.finished = flag_of(state, "finished");
   p.consumed = count_of(state, "batches_consumed");
   p.sampled = count_of(state, "batches_sampled");
@@ -371,10 +389,14 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
             x.repr().substr(0, 40) + ": the checkpoint is damaged");
       p.delivered_above.push_back(static_cast<uint64_t>(x.to_int()));
     }
-    if (!p.delivered_above.empty() && o.in_order)
+    if (!p.delivered_above.empty() && in_order)
       bad("the checkpoint is of a loader with in_order=false (batches after the first one not delivered were "
           "delivered), this loader has in_order=true: load it into a loader with in_order=false");
   }
+}
+
+/// The random streams, base_seed and each worker's generator state (`workers` entries).
+void decode_random(const Value& state, size_t streams, uint64_t workers, ResumePlan& p) {
   p.streams_at_start = state_list(state, "streams_at_start");
   p.streams_now = state_list(state, "streams_now");
   for (const auto* list : {&p.streams_at_start, &p.streams_now})
@@ -401,8 +423,11 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
           "): the checkpoint is damaged");
     }
   }
-  // Verified replay (optional: format 1 and earlier format 2 checkpoints have none of
-  // these, and resume unverified).
+}
+
+/// The verified replay's records (optional: format 1 and earlier format 2 checkpoints
+/// have none of these, and resume unverified).
+void decode_replay_check(const Value& state, ResumePlan& p) {
   auto text_of = [&](const std::string& key) {
     if (!state.contains(key)) return std::string();
     const Value& v = state.at(key);
@@ -424,9 +449,24 @@ ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size
       p.check.marks.emplace_back(static_cast<uint64_t>(m[0].to_int()), static_cast<uint64_t>(m[1].to_int()));
     }
   }
+}
+
+}  // namespace
+
+ResumePlan decode_checkpoint(const Value& state, const LoaderState& loader, size_t streams, bool strict) {
+  const DataLoaderOptions& o = loader.options;
+  check_format(state);
+  ResumePlan p;
+  const uint64_t workers = check_workers(state, o, loader.iterable != nullptr, strict, p.same_workers);
+  check_seeding(state, o);
+  const Shape shape = shape_of(loader);
+  check_shape(state, shape);
+  decode_position(state, shape, o.in_order, p);
+  decode_random(state, streams, workers, p);
+  decode_replay_check(state, p);
   decode_streams(state, loader, workers, p);
   // Other workers than the checkpointed ones: they start as their Init leaves them.
-  if (!same_workers) p.worker_rng.clear();
+  if (!p.same_workers) p.worker_rng.clear();
   return p;
 }
 

@@ -38,13 +38,9 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
   const int deepest = config_.autotune ? std::max(config_.prefetch_factor, config_.autotune->limits.max_prefetch)
                                        : config_.prefetch_factor;
   const uint64_t rng_slots = std::min<uint64_t>(static_cast<uint64_t>(deepest) * n + 1, 1024);
-  if (config_.autotune) {
-    const int now = std::clamp(config_.autotune->workers_now, 1, std::max(1, n));
-    wanted_.assign(static_cast<size_t>(n), 0);
-    for (int w = 0; w < now; ++w) wanted_[static_cast<size_t>(w)] = 1;
-    prefetch_now_ = std::max(1, config_.autotune->prefetch_now);
-    tuner_ = std::make_unique<WorkerTuner>(config_.autotune->limits);
-  }
+  if (config_.autotune)
+    tuning_ = std::make_unique<PoolTuning>(n, config_.autotune->limits, config_.autotune->workers_now,
+                                           config_.autotune->prefetch_now, deepest);
   std::vector<WorkerTransport*> transports;
   const int local = n - static_cast<int>(config_.remote.size());
   if (local < 0) throw RuntimeError("internal: more remote workers than workers");
@@ -97,7 +93,7 @@ void Pipeline::start_workers() {
     {
       const auto lock = stages_->enter();
       if (closed_) return;
-      if (!wanted_.empty() && !wanted_[static_cast<size_t>(w)]) {  // the autotuner starts it when needed
+      if (tuning_ && !tuning_->wanted(w)) {  // the autotuner starts it when needed
         workers_->park(w);
         continue;
       }
@@ -368,12 +364,13 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
                               resume.first_worker >= 0
                                   ? resume.first_worker
                                   : static_cast<int>(resume.consumed % static_cast<uint64_t>(num_workers())));
-    if (!wanted_.empty()) {
+    if (tuning_) {
       // The autotuner's setting: its workers (a retired one still finishing gets nothing),
       // prefetch x workers tasks out.
       for (int w = 0; w < num_workers(); ++w)
-        if (!wanted_[static_cast<size_t>(w)] || !workers_->accepting(w)) dispatcher.deactivate(w);
-      dispatcher.set_max_in_flight(tuned_max_in_flight_locked());
+        if (!tuning_->wanted(w) || !workers_->accepting(w)) dispatcher.deactivate(w);
+      dispatcher.set_max_in_flight(tuning_->max_in_flight());
+      tuning_->begin_epoch();
     }
     sampling.begin(std::move(source), iterable_, std::move(dispatcher));
     stages_->reordering().reset(first_task, config_.in_order);
@@ -382,7 +379,6 @@ uint64_t Pipeline::begin_epoch(std::optional<TaskSource> source, bool reset_stre
     stopped_ = false;
     waits_ = 0;
     wait_ns_ = 0;
-    decisions_.clear();
     occupancy_.start(std::chrono::steady_clock::now());
     slabs_->new_window();
     slab_grown_at_begin_ = slabs_->stats().grown;
@@ -665,11 +661,11 @@ void Pipeline::stats(uint64_t epoch, EpochStats& out) const {
   out.slab_bytes_in_use = static_cast<int64_t>(slabs.in_use);
   out.slab_bytes_peak = static_cast<int64_t>(slabs.peak);
   out.slab_grown = static_cast<int64_t>(slabs.grown - std::min(slabs.grown, slab_grown_at_begin_));
-  if (config_.autotune) {
+  if (tuning_) {
     out.autotuned = true;
-    out.autotune = decisions_;
-    out.workers_now = wanted_count_locked();
-    out.prefetch_now = prefetch_now_;
+    out.autotune = tuning_->decisions();
+    out.workers_now = tuning_->wanted_count();
+    out.prefetch_now = tuning_->prefetch();
   }
   out.workers.clear();
   out.inline_batches = out.restarts = 0;
@@ -737,20 +733,17 @@ void Pipeline::shutdown() {
 
 // ------------------------------------------------------------------ num_workers = auto
 
-int Pipeline::wanted_count_locked() const {
-  int n = 0;
-  for (char w : wanted_) n += w ? 1 : 0;
-  return n;
-}
-
-uint64_t Pipeline::tuned_max_in_flight_locked() const {
-  return static_cast<uint64_t>(std::max(1, prefetch_now_)) * static_cast<uint64_t>(std::max(1, wanted_count_locked()));
-}
-
 std::pair<int, int> Pipeline::tuned() const {
   const auto lock = stages_->enter();
-  if (wanted_.empty()) return {num_workers(), config_.prefetch_factor};
-  return {wanted_count_locked(), prefetch_now_};
+  if (!tuning_) return {num_workers(), config_.prefetch_factor};
+  return {tuning_->wanted_count(), tuning_->prefetch()};
+}
+
+std::vector<PoolTuning::Slot> Pipeline::tuning_slots_locked() const {
+  std::vector<PoolTuning::Slot> slots(static_cast<size_t>(num_workers()));
+  for (int w = 0; w < num_workers(); ++w)
+    slots[static_cast<size_t>(w)] = PoolTuning::Slot{workers_->accepting(w), workers_->dead(w), workers_->held(w) > 0};
+  return slots;
 }
 
 namespace {
@@ -768,32 +761,29 @@ uint64_t rss_bytes(int pid) {
 
 std::vector<std::pair<int, bool>> Pipeline::tune() {
   std::vector<std::pair<int, bool>> acts;
-  if (!tuner_) return acts;
+  if (!tuning_) return acts;
   TuneSample s;
+  uint64_t epoch;
   std::vector<int> live;
   {
     const auto lock = stages_->enter();
     if (closed_) return acts;
     // Retired workers that finished their last task: their processes go.
-    for (int w = 0; w < num_workers(); ++w)
-      if (!wanted_[static_cast<size_t>(w)] && workers_->accepting(w) && workers_->held(w) == 0) acts.emplace_back(w, false);
+    for (int w : tuning_->finished_retirements(tuning_slots_locked())) acts.emplace_back(w, false);
     if (epoch_ == 0 || fatal_ || !stages_->sampling().active()) return acts;
-    if (tuned_epoch_ != epoch_) {
-      tuner_->begin_epoch();
-      tuned_epoch_ = epoch_;
-    }
+    epoch = epoch_;
     const TaskDispatcher& d = stages_->sampling().dispatcher();
     s.t_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - occupancy_.began).count();
     s.batches = workers_->delivered_total();
     s.wait_s = static_cast<double>(wait_ns_) * 1e-9;
     s.busy_s = static_cast<double>(workers_->busy_ns_total()) * 1e-9;
     for (int w = 0; w < num_workers(); ++w) {
-      if (!wanted_[static_cast<size_t>(w)]) continue;
+      if (!tuning_->wanted(w)) continue;
       ++s.active;
       if (!d.is_active(w)) ++s.starting;
       if (workers_->live_pid(w) > 0) live.push_back(workers_->live_pid(w));
     }
-    s.prefetch = prefetch_now_;
+    s.prefetch = tuning_->prefetch();
     s.ready = stages_->reordering().buffered() + stages_->handoff().size();
     s.batch_bytes = config_.batch_bytes.value_or(occupancy_.in_flight_max > 0
                                                      ? slabs_->stats().peak / occupancy_.in_flight_max
@@ -801,35 +791,17 @@ std::vector<std::pair<int, bool>> Pipeline::tune() {
   }
   if (config_.autotune->limits.memory_budget > 0)
     for (int pid : live) s.worker_rss = std::max(s.worker_rss, rss_bytes(pid));
-  const std::optional<TuneStep> step = tuner_->observe(s);
+  const std::optional<TuneStep> step = tuning_->observe(epoch, s);
   if (!step) return acts;
   std::vector<int> dirty;
   {
     const auto lock = stages_->enter();
     if (closed_ || epoch_ == 0) return acts;
-    const int from_workers = wanted_count_locked();
-    const int from_prefetch = prefetch_now_;
-    const int target = std::clamp(step->workers, 1, num_workers());
-    prefetch_now_ = std::clamp(step->prefetch, 1, std::max(config_.prefetch_factor, config_.autotune->limits.max_prefetch));
-    std::vector<std::pair<int, bool>> told;  // to the sampler: (worker, gets tasks)
-    for (int w = 0; w < num_workers() && wanted_count_locked() < target; ++w) {
-      if (wanted_[static_cast<size_t>(w)] || workers_->dead(w)) continue;
-      wanted_[static_cast<size_t>(w)] = 1;
-      if (workers_->accepting(w)) told.emplace_back(w, true);  // retired but still running: back at once
-      else acts.emplace_back(w, true);                          // started by its slot actor; tasks once ready
-    }
-    for (int w = num_workers() - 1; w >= 0 && wanted_count_locked() > target; --w) {
-      if (!wanted_[static_cast<size_t>(w)]) continue;
-      wanted_[static_cast<size_t>(w)] = 0;
-      told.emplace_back(w, false);
-      if (workers_->accepting(w) && workers_->held(w) == 0) acts.emplace_back(w, false);
-    }
-    if (told.empty()) told.emplace_back(-1, false);
-    for (const auto& [w, on] : told)
-      stages_->send(stages_->sampler(), tune_atom::value, static_cast<int32_t>(w), on, tuned_max_in_flight_locked());
+    const PoolTuning::Applied applied = tuning_->apply(*step, tuning_slots_locked(), s.t_s);
+    for (const auto& [w, on] : applied.told)
+      stages_->send(stages_->sampler(), tune_atom::value, static_cast<int32_t>(w), on, tuning_->max_in_flight());
+    acts.insert(acts.end(), applied.acts.begin(), applied.acts.end());
     run_stages_locked();
-    decisions_.push_back(EpochStats::TuneDecision{s.t_s, from_workers, wanted_count_locked(), from_prefetch,
-                                                  prefetch_now_, step->reason});
     dirty = workers_->dirty();
     notify_locked();
   }
@@ -840,18 +812,18 @@ std::vector<std::pair<int, bool>> Pipeline::tune() {
 
 void Pipeline::worker_ready(int worker) {
   // On the strand (link k's ready): the tuner's new worker gets tasks from now on.
-  if (wanted_.empty() || !wanted_[static_cast<size_t>(worker)] || epoch_ == 0 || !stages_->sampling().active()) return;
+  if (!tuning_ || !tuning_->wanted(worker) || epoch_ == 0 || !stages_->sampling().active()) return;
   if (stages_->sampling().dispatcher().is_active(worker)) return;
-  stages_->send(stages_->sampler(), tune_atom::value, static_cast<int32_t>(worker), true, tuned_max_in_flight_locked());
+  stages_->send(stages_->sampler(), tune_atom::value, static_cast<int32_t>(worker), true, tuning_->max_in_flight());
 }
 
 void Pipeline::park(int worker) {
-  if (worker < 0 || worker >= num_workers() || wanted_.empty()) return;
+  if (worker < 0 || worker >= num_workers() || !tuning_) return;
   Carrier& cr = carrier(worker);
   std::lock_guard<std::mutex> owner(cr.owner);
   {
     const auto lock = stages_->enter();
-    if (closed_ || wanted_[static_cast<size_t>(worker)] || !workers_->accepting(worker) || workers_->held(worker) > 0)
+    if (closed_ || tuning_->wanted(worker) || !workers_->accepting(worker) || workers_->held(worker) > 0)
       return;
     if (stages_->sampling().active() && stages_->sampling().dispatcher().is_active(worker)) return;
     if (!workers_->park(worker)) return;
@@ -862,13 +834,13 @@ void Pipeline::park(int worker) {
 }
 
 void Pipeline::unpark(int worker) {
-  if (worker < 0 || worker >= num_workers() || wanted_.empty()) return;
+  if (worker < 0 || worker >= num_workers() || !tuning_) return;
   Carrier& cr = carrier(worker);
   std::lock_guard<std::mutex> owner(cr.owner);
   uint32_t gen;
   {
     const auto lock = stages_->enter();
-    if (closed_ || !wanted_[static_cast<size_t>(worker)] || !workers_->parked(worker)) return;
+    if (closed_ || !tuning_->wanted(worker) || !workers_->parked(worker)) return;
     gen = workers_->begin_incarnation(worker);
   }
   // Its random stream goes on from where it stopped (or, re-initialised meanwhile,
@@ -994,7 +966,7 @@ void Pipeline::fail_all(const std::string& type, const std::string& message) {
   set_fatal_locked(type, message, -1);
 }
 
-// ------------------------------------------------------------------ worker actor: watchdog
+// ------------------------------------------------------------------ slot actor: watchdog
 
 void Pipeline::watch(int worker, std::chrono::milliseconds tick) {
   if (worker < 0 || worker >= num_workers()) return;

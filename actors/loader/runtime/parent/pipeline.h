@@ -79,6 +79,7 @@
 #include "loader/fetch.h"
 #include "loader/runtime/epoch.h"
 #include "loader/runtime/parent/autotuner.h"
+#include "loader/runtime/parent/pool_tuning.h"
 #include "loader/runtime/parent/reorder_buffer.h"
 #include "loader/runtime/child/worker_core.h"  // WorkerConfig
 #include "loader/runtime/parent/remote_transport.h"
@@ -156,8 +157,9 @@ class Pipeline final : public LinkEvents,
   ~Pipeline() override;
 
   // ---- application thread
-  /// How reader threads reach the worker actors.  Once, before start_workers()
-  /// (no reader thread exists before it).
+  /// How reader threads reach the slot actors.  Once, before start_workers() (no
+  /// reader thread exists before it); and empty after shutdown(), whose readers are
+  /// joined, to let go of the actors' handles.
   void set_hooks(PipelineHooks hooks);
   /// Starts every worker (processes spawn in parallel).  A worker that cannot start
   /// is dead: its error is delivered by the first epoch.
@@ -207,7 +209,7 @@ class Pipeline final : public LinkEvents,
   /// A batch in `slab` was dropped by the application.
   void release_slab(int worker, uint64_t slab);
 
-  // ---- worker actor k (WorkerControl), one thread at a time per worker
+  // ---- slot actor k (WorkerControl), one thread at a time per worker
   /// Starts the next incarnation of `worker`, whose incarnation `gen` went down.
   void restart(int worker, uint32_t gen) override;
   /// Writes the frames queued for `worker` (also from the application thread and
@@ -342,17 +344,12 @@ class Pipeline final : public LinkEvents,
   /// autotuner's figure; the batches are the slots' delivered counts, the epoch's start
   /// occupancy_.began).  On the strand.
   uint64_t wait_ns_ = 0;
-  /// num_workers = auto, on the strand: the slots the tuner wants running, the prefetch
-  /// depth, and this epoch's decisions (EpochStats::autotune).
-  std::vector<char> wanted_;
-  int prefetch_now_ = 0;
-  std::vector<EpochStats::TuneDecision> decisions_;
-  /// The tasks that may be out for the tuner's setting: prefetch x wanted workers.
-  uint64_t tuned_max_in_flight_locked() const;
-  int wanted_count_locked() const;
-  /// The tuner itself: the pool actor's thread only (tune()).
-  std::unique_ptr<WorkerTuner> tuner_;
-  uint64_t tuned_epoch_ = 0;  ///< the epoch the tuner's window belongs to (pool actor)
+  /// num_workers = auto (null otherwise): the slots the tuner wants running, the
+  /// prefetch depth, this epoch's decisions (on the strand) and the tuner (observe: the
+  /// pool actor's thread).
+  std::unique_ptr<PoolTuning> tuning_;
+  /// The slots' states as the tuning sees them.  On the strand.
+  std::vector<PoolTuning::Slot> tuning_slots_locked() const;
   struct RestartDue {
     int worker;
     uint32_t gen;
