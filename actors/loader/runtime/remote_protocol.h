@@ -61,7 +61,8 @@ std::string bulk_hello(const std::string& key);
 /// The key of a greeting, or nullopt when `data` is not one.
 std::optional<std::string> parse_bulk_hello(const char* data, size_t size);
 
-/// client -> gate: (open, version, token, client actor) -> (ok, why, session).
+/// client -> gate: (open, version, token, client actor) -> (ok, why, session, bulk port,
+/// bulk key): the bulk port is 0 and the key empty when the session has no bulk stream.
 using open_atom = caf::atom_constant<caf::atom("open")>;
 /// client -> session every second, session -> client: (ping|pong, n).  A side that
 /// hears nothing from the other for the remote timeout declares it lost.

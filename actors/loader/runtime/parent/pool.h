@@ -1,6 +1,6 @@
 // WorkerPool: the worker processes (or in-process worker threads) of one
 // DataLoader, the pipeline their batches flow through, and the actors that restart
-// and watch them (PoolActors: a worker actor per worker, a pool actor).  Made per
+// and watch them (PoolActors: a slot actor per worker, a pool actor).  Made per
 // epoch, or once for persistent_workers.
 //
 // Owns, and tears down in this order: the actors (so nothing restarts a worker
@@ -24,8 +24,5 @@ class Pipeline;
 /// `first_index`: the epoch's first task is its index batch `first_index` (a resumed
 /// epoch's consumed batches; WorkerSeeding::PerTask seeds by the index in the epoch).
 std::shared_ptr<WorkerPool> make_worker_pool(LoaderState& state, uint64_t base_seed, uint64_t first_index = 0);
-
-/// Pids of the pool's worker processes (-1 for in-process workers); for tests.
-std::vector<int> worker_pids(WorkerPool& pool);
 
 }  // namespace loader::runtime

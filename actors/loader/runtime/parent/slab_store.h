@@ -40,7 +40,6 @@ class SlabStore {
   void size_for(uint64_t bytes);
   std::shared_ptr<ShmSegment> segment(uint64_t slab) const { return directory_->find(slab); }
   bool pinned(uint64_t slab) const { return directory_->pinned(slab); }
-  const std::shared_ptr<SlabDirectory>& directory() const { return directory_; }
   /// Every slab destroyed so far, in order (workers that mapped them drop them).
   std::vector<uint64_t> dropped_since(size_t& cursor) const;
   int num_workers() const { return static_cast<int>(workers_.size()); }

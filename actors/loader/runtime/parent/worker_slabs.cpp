@@ -214,10 +214,4 @@ std::shared_ptr<ShmSegment> WorkerSlabs::segment(uint64_t id) const {
   return it == slabs_.end() ? nullptr : it->second;
 }
 
-std::vector<uint64_t> WorkerSlabs::all() const {
-  std::vector<uint64_t> out;
-  for (const auto& kv : slabs_) out.push_back(kv.first);
-  return out;
-}
-
 }  // namespace loader::runtime

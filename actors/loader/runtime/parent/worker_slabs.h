@@ -81,8 +81,6 @@ class WorkerSlabs {
   /// Slabs destroyed since the last call (the worker must forget them).
   std::vector<uint64_t> take_dropped();
   std::shared_ptr<ShmSegment> segment(uint64_t id) const;
-  /// Every live slab id (to re-announce them to a restarted worker process).
-  std::vector<uint64_t> all() const;
   uint64_t slab_size() const { return slab_size_; }
   size_t count() const { return slabs_.size(); }
   size_t free_count() const { return free_.size(); }
