@@ -1,5 +1,7 @@
 # FindTurboJPEG: libjpeg-turbo's TurboJPEG API (Debian: libturbojpeg0-dev), which the
-# image decoder of loader_datasets uses (datasets/loader/image/decode.cpp).
+# `loader` tool's JPEG encoder (tools/images_make_cmd.cpp, `images make`) and
+# bench/jpeg_decode_probe use; the decoder (datasets/loader/image/decode.cpp) uses the
+# libjpeg API (CMake's FindJPEG).
 #
 # libjpeg-turbo's own CMake config names its static libraries too, which Debian does not
 # ship, so the header and the shared library are found here.

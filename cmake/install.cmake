@@ -4,7 +4,7 @@
 #   bin/loader                        the tool
 #   lib/cmake/loader/                 loaderConfig.cmake, loaderConfigVersion.cmake,
 #                                     loaderTargets*.cmake, FindCAF.cmake (Debian's CAF has
-#                                     no CMake config of its own), FindTurboJPEG.cmake
+#                                     no CMake config of its own)
 #   lib/pkgconfig/loader.pc
 # Included by the top-level CMakeLists.txt when LOADER_INSTALL is ON.
 include(CMakePackageConfigHelpers)
@@ -52,7 +52,6 @@ install(FILES
   ${PROJECT_BINARY_DIR}/package/loaderConfig.cmake
   ${PROJECT_BINARY_DIR}/package/loaderConfigVersion.cmake
   ${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake
-  ${PROJECT_SOURCE_DIR}/cmake/FindTurboJPEG.cmake
   DESTINATION ${LOADER_CMAKE_DIR})
 
 # ---------------------------------------------------------------- loader.pc
@@ -79,7 +78,7 @@ loader_pc_lib(LOADER_PC_DEPS "${CAF_CORE_LIBRARY}")
 if(LOADER_HAVE_OPENSSL)
   loader_pc_lib(LOADER_PC_DEPS "${OPENSSL_CRYPTO_LIBRARY}")
 endif()
-loader_pc_lib(LOADER_PC_DEPS "${TurboJPEG_LIBRARY}")
+loader_pc_lib(LOADER_PC_DEPS "${JPEG_LIBRARY}")
 loader_pc_lib(LOADER_PC_DEPS "${PNG_LIBRARY}")
 loader_pc_lib(LOADER_PC_DEPS "${ZLIB_LIBRARY}")
 if(LOADER_HAVE_CUDA)

@@ -3,7 +3,7 @@
 # Idempotent: a no-op (well under a second) when everything is there.  Run as root.
 set -euo pipefail
 pkgs=(build-essential cmake pkgconf libcaf-dev libboost-dev libgtest-dev libdlpack-dev zlib1g-dev libssl-dev
-      nlohmann-json3-dev libcli11-dev libeigen3-dev libopenblas-dev libturbojpeg0-dev libpng-dev
+      nlohmann-json3-dev libcli11-dev libeigen3-dev libopenblas-dev libjpeg62-turbo-dev libturbojpeg0-dev libpng-dev
       python3-torch python3-numpy python3-matplotlib libtorch-dev python3-torchvision python3-pil
       dataset-fashion-mnist clang libclang-rt-14-dev procps iproute2 openssl
       pybind11-dev python3-pybind11 python3-dev python3-venv python3-pip python3-pytest)

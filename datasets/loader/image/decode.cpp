@@ -3,16 +3,19 @@
 #include <fcntl.h>
 #include <png.h>
 #include <sys/stat.h>
-#include <turbojpeg.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
+
+#include <jpeglib.h>  // after <cstdio> (FILE)
 
 namespace loader::image {
 
@@ -53,62 +56,132 @@ void check_pixels(int64_t width, int64_t height, int64_t limit, const std::strin
                      "is trusted");
 }
 
-// ------------------------------------------------------------------ JPEG (TurboJPEG)
-// One decompressor per thread, destroyed with the thread.  libjpeg-turbo 2.1 can leave a
-// handle unusable after a failed call (a failed tjDecompressHeader3 does not reset it:
-// the next file then fails with "Bogus DQT index"), so a failure replaces it.
-class TjHandle {
- public:
-  TjHandle() : h_(tjInitDecompress()) {}
-  ~TjHandle() { destroy(); }
-  TjHandle(const TjHandle&) = delete;
-  TjHandle& operator=(const TjHandle&) = delete;
-  tjhandle get(const std::string& name) {
-    if (!h_) h_ = tjInitDecompress();
-    if (!h_) throw RuntimeError(name + ": cannot create a TurboJPEG decompressor: " + tjGetErrorStr2(nullptr));
-    return h_;
+// ------------------------------------------------------------------ JPEG (libjpeg API)
+// libjpeg-turbo's libjpeg API with its decompression defaults, which are PIL's: the
+// accurate integer IDCT (JDCT_ISLOW) and smooth ("fancy") chroma upsampling.  One decode
+// path for the whole image and for a region: a whole-image decode is the region decode of
+// the full box (no crop, no skip).  TurboJPEG's tjDecompress2 (which the full decode used
+// before issue 50) runs the same library calls; its behaviour kept here: a progressive
+// file of more than 500 scans is refused (TJFLAG_LIMITSCANS), and a warning decides as
+// its first warning's text did (tolerated_warning below).
+//
+// Region decoding (decode_region): the box's columns are widened by kJpegColumnMargin
+// chroma neighbours' worth of pixels on each side, then to iMCU boundaries
+// (jpeg_crop_scanline); the rows above are skipped once from the top of the image
+// (jpeg_skip_scanlines: Huffman-decoded only) to the row-group boundary at or above the
+// box; libjpeg-turbo 2.1.5's skip itself decodes, and drops, the rows before the target
+// that fancy upsampling reads as context (with h2v2 or h1v2 upsampling it skips whole
+// iMCU rows only up to the one before the target row and reads the rest); skipping to a
+// row group's start keeps the first row read the first of its group.  The rows below are
+// not decoded when the scan's data ends at an EOI marker (scan_ends_with_eoi: they cannot
+// change the outcome), else Huffman-decoded (skipped, never returned) so that a truncated
+// file is reported as the full decode reports it.  tests/libloader/image_region_test.cpp
+// shows the pixels equal a full decode's for every sampling, every phase of the margins
+// and many boxes; it fails with no column margin (4:2:2 at once) and passes with one
+// chroma sample (kJpegColumnMargin 1), and with the skip at the box's top row or one
+// iMCU row above it.
+
+// What the libjpeg callbacks share with the decoder; plain data (the library longjmps).
+struct JpegErrorMgr {
+  jpeg_error_mgr pub;
+  jmp_buf jump;
+  bool warned;                         // a warning was emitted (the first one is kept)
+  char warning[JMSG_LENGTH_MAX];       // the first warning's text
+  char error[JMSG_LENGTH_MAX];         // the fatal error's text
+};
+
+struct JpegProgressMgr {
+  jpeg_progress_mgr pub;
+  JpegErrorMgr* err;
+};
+
+void jpeg_on_error(j_common_ptr c) {
+  auto* e = reinterpret_cast<JpegErrorMgr*>(c->err);
+  (*c->err->format_message)(c, e->error);
+  std::longjmp(e->jump, 1);
+}
+
+void jpeg_on_message(j_common_ptr c, int level) {
+  if (level >= 0) return;  // trace messages
+  auto* e = reinterpret_cast<JpegErrorMgr*>(c->err);
+  if (!e->warned) {
+    (*c->err->format_message)(c, e->warning);
+    e->warned = true;
   }
+  c->err->num_warnings++;
+}
+
+void jpeg_on_output(j_common_ptr) {}
+
+// TJFLAG_LIMITSCANS: a progressive file of more than 500 scans is a CPU bomb.
+void jpeg_on_progress(j_common_ptr c) {
+  if (!c->is_decompressor) return;
+  auto* p = reinterpret_cast<JpegProgressMgr*>(c->progress);
+  if (reinterpret_cast<j_decompress_ptr>(c)->input_scan_number > 500) {
+    std::snprintf(p->err->error, sizeof p->err->error, "Progressive JPEG image has more than 500 scans");
+    std::longjmp(p->err->jump, 1);
+  }
+}
+
+// One decompressor per thread, reused from file to file (jpeg_abort_decompress between
+// them); after a fatal error it is destroyed and made again.
+class JpegDecoder {
+ public:
+  JpegDecoder() = default;
+  ~JpegDecoder() { destroy(); }
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+  // The decompressor, reset for a new file.
+  j_decompress_ptr begin() {
+    if (!created_) {
+      cinfo_.err = jpeg_std_error(&err_.pub);
+      err_.pub.error_exit = jpeg_on_error;
+      err_.pub.emit_message = jpeg_on_message;
+      err_.pub.output_message = jpeg_on_output;
+      jpeg_create_decompress(&cinfo_);
+      progress_.pub.progress_monitor = jpeg_on_progress;
+      progress_.err = &err_;
+      created_ = true;
+    }
+    cinfo_.progress = &progress_.pub;
+    err_.warned = false;
+    err_.warning[0] = err_.error[0] = 0;
+    err_.pub.num_warnings = 0;
+    return &cinfo_;
+  }
+  j_decompress_ptr cinfo() noexcept { return &cinfo_; }
+  JpegErrorMgr& err() noexcept { return err_; }
+  // After a file: ready for the next one.
+  void end() noexcept {
+    if (created_) jpeg_abort_decompress(&cinfo_);
+  }
+  // After a fatal error (the state of the library is not trusted).
   void reset() noexcept { destroy(); }
+  // Scratch rows for the cropped or converted scanlines.
+  uint8_t* scratch(size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
 
  private:
   void destroy() noexcept {
-    if (h_) tjDestroy(h_);
-    h_ = nullptr;
+    if (created_) jpeg_destroy_decompress(&cinfo_);
+    created_ = false;
   }
-  tjhandle h_;
+  jpeg_decompress_struct cinfo_{};
+  JpegErrorMgr err_{};
+  JpegProgressMgr progress_{};
+  bool created_ = false;
+  std::vector<uint8_t> scratch_;
 };
 
-TjHandle& jpeg_handle() {
-  thread_local TjHandle handle;
-  return handle;
-}
-
-struct JpegHeader {
-  int width = 0, height = 0, subsamp = 0, colorspace = 0;
-};
-
-JpegHeader jpeg_header(const uint8_t* data, size_t size, const std::string& name) {
-  JpegHeader hd;
-  if (size > std::numeric_limits<unsigned long>::max())
-    throw ValueError(name + ": the file is too large to decode");
-  tjhandle h = jpeg_handle().get(name);
-  if (tjDecompressHeader3(h, data, static_cast<unsigned long>(size), &hd.width, &hd.height, &hd.subsamp,
-                          &hd.colorspace) != 0) {
-    const std::string msg = tjGetErrorStr2(h);
-    jpeg_handle().reset();
-    throw ValueError(name + ": cannot decode JPEG: " + msg + "; " + kFixHint);
-  }
-  if (hd.width <= 0 || hd.height <= 0) {
-    jpeg_handle().reset();
-    throw ValueError(name + ": cannot decode JPEG: no frame header (the file ends before the image size); " +
-                     kFixHint);
-  }
-  return hd;
+JpegDecoder& jpeg_decoder() {
+  thread_local JpegDecoder decoder;
+  return decoder;
 }
 
 // libjpeg's warnings (JWRN_*) but the end of the data: PIL decodes such files, and so
-// does this.  TurboJPEG returns -1 for them too, with the first warning's text; after a
-// fatal error the text is the error's.
+// does this (the first warning decides, as TurboJPEG's error string did).
 bool tolerated_warning(const std::string& msg) {
   static const char* const kWarnings[] = {
       "Corrupt JPEG data",                   // extraneous bytes, bad Huffman code, bad ICC marker, ...
@@ -122,75 +195,299 @@ bool tolerated_warning(const std::string& msg) {
   return false;
 }
 
-void jpeg_decompress(const uint8_t* data, size_t size, uint8_t* out, int width, int height, int pixel_format,
-                     const std::string& name) {
-  // Default flags: accurate integer IDCT and smooth upsampling (libjpeg's and PIL's).  A
-  // progressive file of more than 500 scans is refused (TJFLAG_LIMITSCANS): a CPU bomb.
-  tjhandle h = jpeg_handle().get(name);
-  if (tjDecompress2(h, data, static_cast<unsigned long>(size), out, width, 0, height, pixel_format,
-                    TJFLAG_LIMITSCANS) == 0)
-    return;
-  const std::string msg = tjGetErrorStr2(h);
-  jpeg_handle().reset();
-  if (tolerated_warning(msg)) return;  // the image is complete
+// Columns of margin on each side of a box, in multiples of the largest horizontal
+// sampling factor: fancy upsampling reads one chroma neighbour (libjpeg.txt, "partial
+// image decompression"), and the crop's own edge replicates its last sample.
+constexpr int kJpegColumnMargin = 2;
+
+// What the header says (plain data: filled between setjmp and the library's longjmp).
+struct JpegHead {
+  JDIMENSION image_width, image_height;  // the file's
+  JDIMENSION width, height;              // the output's (DCT-scaled)
+  J_COLOR_SPACE color_space;             // the file's
+  J_COLOR_SPACE out_space;               // decoded to
+  int out_components;
+  bool multi_scan;                       // progressive (or non-interleaved): entropy-decoded whole first
+  int max_h, max_v;                      // largest sampling factors
+  int min_dct;                           // min_DCT_scaled_size
+  int components;
+  size_t scan_offset;                    // where the first scan's entropy-coded data starts
+};
+
+[[noreturn]] void jpeg_fail(JpegDecoder& d, const std::string& name) {
+  const std::string msg = d.err().error;
+  d.reset();
+  throw ValueError(name + ": cannot decode JPEG: " + msg + "; " + kFixHint);
+}
+
+// The warnings of a finished decode: tolerated, or an error as the full decode's.
+void jpeg_check_warnings(JpegDecoder& d, const std::string& name) {
+  if (!d.err().warned) return;
+  const std::string msg = d.err().warning;
+  if (tolerated_warning(msg)) return;
+  d.end();
   if (msg.find("Premature end of JPEG file") != std::string::npos)
     throw ValueError(name + ": image file is truncated (libjpeg: " + msg + "); " + kFixHint);
   throw ValueError(name + ": cannot decode JPEG: " + msg + "; " + kFixHint);
 }
 
-Image decode_jpeg(const uint8_t* data, size_t size, const DecodeOptions& o, const std::string& name) {
-  const JpegHeader hd = jpeg_header(data, size, name);
-  check_pixels(hd.width, hd.height, o.max_image_pixels, name);
+// Reads the header and sets the output's parameters.  `mode` < 0: header only.
+bool jpeg_read_head(j_decompress_ptr c, JpegErrorMgr& err, const uint8_t* data, size_t size, int denom, int mode,
+                    JpegHead* h) {
+  if (setjmp(err.jump)) return false;
+  jpeg_mem_src(c, data, static_cast<unsigned long>(size));
+  jpeg_read_header(c, TRUE);
+  h->image_width = c->image_width;
+  h->image_height = c->image_height;
+  h->color_space = c->jpeg_color_space;
+  h->components = c->num_components;
+  h->multi_scan = jpeg_has_multiple_scans(c);
+  h->scan_offset = static_cast<size_t>(c->src->next_input_byte - data);
+  if (mode < 0) return true;
+  const bool cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
+  const bool gray = c->jpeg_color_space == JCS_GRAYSCALE;
+  if (cmyk) {
+    c->out_color_space = JCS_CMYK;  // libjpeg converts YCCK to CMYK
+  } else if (gray && mode == static_cast<int>(ColorMode::L)) {
+    c->out_color_space = JCS_GRAYSCALE;
+  } else {
+    c->out_color_space = JCS_EXT_RGB;  // gray -> RGB replicates, as PIL's L -> RGB
+  }
+  c->scale_num = 1;
+  c->scale_denom = static_cast<unsigned int>(denom);
+  jpeg_calc_output_dimensions(c);
+  h->width = c->output_width;
+  h->height = c->output_height;
+  h->out_space = c->out_color_space;
+  h->out_components = c->out_color_components;
+  h->max_h = c->max_h_samp_factor;
+  h->max_v = c->max_v_samp_factor;
+  h->min_dct = c->min_DCT_scaled_size;
+  return true;
+}
+
+// How the scanlines become the result's rows.
+enum class RowConvert : uint8_t { Copy, CmykToRgb, CmykToL, RgbToL };
+
+void convert_row(const uint8_t* in, uint8_t* dst, JDIMENSION n, RowConvert conv, int in_components) {
+  switch (conv) {
+    case RowConvert::Copy: std::memcpy(dst, in, static_cast<size_t>(n) * static_cast<size_t>(in_components)); return;
+    case RowConvert::RgbToL:
+      for (JDIMENSION i = 0; i < n; ++i, in += 3) dst[i] = luma(in[0], in[1], in[2]);
+      return;
+    case RowConvert::CmykToRgb:
+    case RowConvert::CmykToL:
+      // PIL: every CMYK JPEG is Adobe-inverted ("CMYK;I"), then Convert.c's cmyk2rgb.
+      for (JDIMENSION i = 0; i < n; ++i, in += 4) {
+        const int nk = in[3];  // 255 - k, k = 255 - stored
+        uint8_t rgb[3];
+        for (int ch = 0; ch < 3; ++ch) {
+          const int cc = 255 - in[ch];
+          const int t = cc * nk + 128;
+          const int v = nk - (((t >> 8) + t) >> 8);
+          rgb[ch] = static_cast<uint8_t>(v < 0 ? 0 : v);
+        }
+        if (conv == RowConvert::CmykToRgb) {
+          dst[0] = rgb[0];
+          dst[1] = rgb[1];
+          dst[2] = rgb[2];
+          dst += 3;
+        } else {
+          *dst++ = luma(rgb[0], rgb[1], rgb[2]);
+        }
+      }
+      return;
+  }
+}
+
+constexpr int kScratchRows = 16;
+
+// What one decode does (plain data).
+struct JpegPass {
+  // asked for: output columns [crop_x, crop_x + crop_w) (crop_w == 0: no crop); rows
+  // [skip, first) read and dropped, [first, last) written, the rest skipped (Huffman only).
+  JDIMENSION crop_x, crop_w, skip, first, last;
+  JDIMENSION box_left, box_width;  // the result's columns, in output coordinates
+  RowConvert conv;
+  int in_components;
+  bool direct;                     // scanlines read straight into the result (Copy, no crop)
+  bool stop_after_box;             // the rows below need not be read (scan_ends_with_eoi)
+  uint8_t* out;
+  size_t out_stride;
+  uint8_t* scratch;
+  size_t scratch_stride;
+  JDIMENSION crop_got;             // the crop's first column after jpeg_crop_scanline
+};
+
+bool jpeg_run(j_decompress_ptr c, JpegErrorMgr& err, JpegPass* p) {
+  if (setjmp(err.jump)) return false;
+  jpeg_start_decompress(c);
+  p->crop_got = 0;
+  if (p->crop_w > 0 && p->crop_w < c->output_width) {
+    JDIMENSION x = p->crop_x, w = p->crop_w;
+    jpeg_crop_scanline(c, &x, &w);
+    p->crop_got = x;
+  }
+  if (p->skip > 0) jpeg_skip_scanlines(c, p->skip);  // once, from the top
+  const size_t col0 = static_cast<size_t>(p->box_left - p->crop_got) * static_cast<size_t>(p->in_components);
+  JSAMPROW rows[kScratchRows];
+  while (c->output_scanline < p->last) {
+    const JDIMENSION y0 = c->output_scanline;
+    JDIMENSION want = p->last - y0;
+    if (want > kScratchRows) want = kScratchRows;
+    for (JDIMENSION i = 0; i < want; ++i) {
+      const JDIMENSION y = y0 + i;
+      rows[i] = (p->direct && y >= p->first) ? p->out + (y - p->first) * p->out_stride
+                                              : p->scratch + i * p->scratch_stride;
+    }
+    const JDIMENSION got = jpeg_read_scanlines(c, rows, want);
+    if (got == 0) break;  // suspended: cannot happen with a memory source
+    if (!p->direct)
+      for (JDIMENSION i = 0; i < got; ++i) {
+        const JDIMENSION y = y0 + i;
+        if (y >= p->first)
+          convert_row(rows[i] + col0, p->out + (y - p->first) * p->out_stride, p->box_width, p->conv,
+                      p->in_components);
+      }
+  }
+  if (p->stop_after_box) return true;  // the caller aborts the decompressor
+  if (c->output_scanline < c->output_height) {
+    // The rows below: Huffman-decoded by the skip (a skip to the very end would decode
+    // nothing), then one row read, so that the end of the data is checked as a full
+    // decode checks it.
+    const JDIMENSION rest = c->output_height - c->output_scanline;
+    if (rest > 1) jpeg_skip_scanlines(c, rest - 1);
+    JSAMPROW row = p->scratch;
+    while (c->output_scanline < c->output_height)
+      if (jpeg_read_scanlines(c, &row, 1) == 0) break;
+  }
+  jpeg_finish_decompress(c);
+  return true;
+}
+
+// Whether the entropy-coded data of a single-scan file, from `p`, ends at an EOI marker:
+// the first marker after it (FF 00 is a stuffed byte, FF D0-D7 a restart marker, and FF
+// bytes before a marker are fill) is FF D9.  Then the rows below a region cannot make the
+// full decode fail: the entropy decoder stops at that marker without reading further (a
+// shortfall of data there is libjpeg's tolerated "premature end of data segment"), and
+// jpeg_finish_decompress finds the EOI at once; no "Premature end of JPEG file" can come.
+// Otherwise (a truncated file, other markers after the scan) the rows below are decoded
+// to check the end as the full decode does.
+bool scan_ends_with_eoi(const uint8_t* p, const uint8_t* end) {
+  while (p < end) {
+    const void* ff = std::memchr(p, 0xff, static_cast<size_t>(end - p));
+    if (!ff) return false;
+    const uint8_t* q = static_cast<const uint8_t*>(ff) + 1;
+    while (q < end && *q == 0xff) ++q;
+    if (q >= end) return false;
+    if (*q == 0x00 || (*q >= 0xd0 && *q <= 0xd7)) {
+      p = q + 1;
+      continue;
+    }
+    return *q == 0xd9;
+  }
+  return false;
+}
+
+JpegHead jpeg_head(JpegDecoder& d, const uint8_t* data, size_t size, int denom, int mode, const std::string& name) {
+  if (size > std::numeric_limits<unsigned long>::max())
+    throw ValueError(name + ": the file is too large to decode");
+  j_decompress_ptr c = d.begin();
+  JpegHead h{};
+  if (!jpeg_read_head(c, d.err(), data, size, denom, mode, &h)) jpeg_fail(d, name);
+  if (h.image_width == 0 || h.image_height == 0) {
+    d.end();
+    throw ValueError(name + ": cannot decode JPEG: no frame header (the file ends before the image size); " +
+                     kFixHint);
+  }
+  return h;
+}
+
+// Decodes `box` (output coordinates, inside the image) of the file, or the whole image
+// when region decoding would not be exact or not save enough; *window receives the part
+// of the image returned.
+Image decode_jpeg(const uint8_t* data, size_t size, const DecodeOptions& o, const std::string& name,
+                  const CropBox* box, CropBox* window, bool* region) {
   const int denom = o.scale_denom;
   if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
     throw ValueError(name + ": DecodeOptions::scale_denom must be 1, 2, 4 or 8, got " + std::to_string(denom));
-  const tjscalingfactor sf{1, denom};
-  const int w = TJSCALED(hd.width, sf);
-  const int ht = TJSCALED(hd.height, sf);
-  const bool cmyk = hd.colorspace == TJCS_CMYK || hd.colorspace == TJCS_YCCK;
-  const bool gray = hd.colorspace == TJCS_GRAY;
-
-  if (cmyk) {
-    // PIL: every CMYK JPEG is Adobe-inverted ("CMYK;I"), then Convert.c's cmyk2rgb.
-    Image tmp(ht, w, 4);
-    jpeg_decompress(data, size, tmp.data(), w, ht, TJPF_CMYK, name);
-    Image out(ht, w, mode_channels(o.mode));
-    const uint8_t* in = tmp.data();
-    uint8_t* dst = out.data();
-    const int64_t n = static_cast<int64_t>(w) * ht;
-    for (int64_t i = 0; i < n; ++i, in += 4) {
-      const int nk = in[3];  // 255 - k, k = 255 - stored
-      uint8_t rgb[3];
-      for (int c = 0; c < 3; ++c) {
-        const int cc = 255 - in[c];
-        const int t = cc * nk + 128;
-        const int v = nk - (((t >> 8) + t) >> 8);
-        rgb[c] = static_cast<uint8_t>(v < 0 ? 0 : v);
-      }
-      if (o.mode == ColorMode::RGB) {
-        dst[0] = rgb[0];
-        dst[1] = rgb[1];
-        dst[2] = rgb[2];
-        dst += 3;
-      } else {
-        *dst++ = luma(rgb[0], rgb[1], rgb[2]);
-      }
+  JpegDecoder& d = jpeg_decoder();
+  const JpegHead h = jpeg_head(d, data, size, denom, static_cast<int>(o.mode), name);
+  try {
+    check_pixels(h.image_width, h.image_height, o.max_image_pixels, name);
+  } catch (...) {
+    d.end();
+    throw;
+  }
+  const JDIMENSION W = h.width, H = h.height;
+  CropBox b{0, 0, H, W};
+  if (box) {
+    if (box->top < 0 || box->left < 0 || box->height <= 0 || box->width <= 0 || box->top + box->height > H ||
+        box->left + box->width > W) {
+      d.end();
+      throw ValueError(name + ": the region (top " + std::to_string(box->top) + ", left " +
+                       std::to_string(box->left) + ", " + std::to_string(box->height) + "x" +
+                       std::to_string(box->width) + ") is not inside the " + std::to_string(H) + "x" +
+                       std::to_string(W) + " image");
     }
-    return out;
+    b = *box;
   }
-  if (o.mode == ColorMode::L && gray) {
-    Image out(ht, w, 1);
-    jpeg_decompress(data, size, out.data(), w, ht, TJPF_GRAY, name);
-    return out;
+  JpegPass p{};
+  p.in_components = h.out_components;
+  const bool cmyk = h.out_space == JCS_CMYK;
+  const int out_channels = static_cast<int>(mode_channels(o.mode));
+  p.conv = cmyk ? (o.mode == ColorMode::RGB ? RowConvert::CmykToRgb : RowConvert::CmykToL)
+                : (h.out_components == 3 && o.mode == ColorMode::L) ? RowConvert::RgbToL : RowConvert::Copy;
+
+  // The region: columns widened by the margin (jpeg_crop_scanline widens them further to
+  // iMCU boundaries), rows from kJpegRowMargin rows above the box.
+  const int64_t hm = int64_t{kJpegColumnMargin} * h.max_h;
+  const int64_t align = int64_t{h.min_dct} * (h.components == 1 ? 1 : h.max_h);
+  const int64_t x0 = std::max<int64_t>(0, b.left - hm) / align * align;
+  const int64_t x1 = std::min<int64_t>(W, b.left + b.width + hm);
+  // The skip ends on the row-group boundary at or above the box (a row group: max_v
+  // output rows, what the upsampler makes at once); libjpeg-turbo's skip decodes the
+  // context rows before it itself (with context upsampling it skips whole iMCU rows only
+  // up to one before the target and reads the rest).
+  const int64_t skip = b.top / h.max_v * h.max_v;
+  const int64_t rows_decoded = b.top + b.height - skip;
+  const double share = static_cast<double>(rows_decoded) * static_cast<double>(x1 - x0) /
+                       (static_cast<double>(W) * static_cast<double>(H));
+  const bool use_region = box && !h.multi_scan && share <= o.region_full_fraction;
+  if (use_region) {
+    p.crop_x = static_cast<JDIMENSION>(x0);
+    p.crop_w = (x0 == 0 && x1 == W) ? 0 : static_cast<JDIMENSION>(x1 - x0);
+    p.skip = static_cast<JDIMENSION>(skip);
+    p.first = static_cast<JDIMENSION>(b.top);
+    p.last = static_cast<JDIMENSION>(b.top + b.height);
+    p.box_left = static_cast<JDIMENSION>(b.left);
+    p.box_width = static_cast<JDIMENSION>(b.width);
+  } else {
+    b = CropBox{0, 0, H, W};
+    p.first = 0;
+    p.last = H;
+    p.box_left = 0;
+    p.box_width = W;
   }
-  Image rgb(ht, w, 3);  // libjpeg's gray -> RGB replicates, as PIL's L -> RGB
-  jpeg_decompress(data, size, rgb.data(), w, ht, TJPF_RGB, name);
-  if (o.mode == ColorMode::RGB) return rgb;
-  Image out(ht, w, 1);
-  const uint8_t* in = rgb.data();
-  uint8_t* dst = out.data();
-  const int64_t n = static_cast<int64_t>(w) * ht;
-  for (int64_t i = 0; i < n; ++i, in += 3) dst[i] = luma(in[0], in[1], in[2]);
+  p.stop_after_box = use_region && p.last < H && h.scan_offset < size &&
+                     scan_ends_with_eoi(data + h.scan_offset, data + size);
+  p.direct = p.conv == RowConvert::Copy && p.crop_w == 0 && p.box_left == 0 && p.box_width == W;
+  Image out(b.height, b.width, out_channels);
+  p.out = out.data();
+  p.out_stride = static_cast<size_t>(b.width) * static_cast<size_t>(out_channels);
+  p.scratch_stride = static_cast<size_t>(W) * static_cast<size_t>(h.out_components);
+  p.scratch = d.scratch(p.scratch_stride * kScratchRows);
+  if (!jpeg_run(d.cinfo(), d.err(), &p)) {
+    const std::string msg = d.err().error;
+    d.reset();
+    if (msg.find("Premature end of JPEG file") != std::string::npos)
+      throw ValueError(name + ": image file is truncated (libjpeg: " + msg + "); " + kFixHint);
+    throw ValueError(name + ": cannot decode JPEG: " + msg + "; " + kFixHint);
+  }
+  jpeg_check_warnings(d, name);
+  d.end();
+  if (window) *window = b;
+  if (region) *region = use_region;
   return out;
 }
 
@@ -485,10 +782,13 @@ ImageInfo probe(const uint8_t* data, size_t size, const std::string& name) {
   ImageInfo info;
   info.format = sniff_format(data, size);
   if (info.format == ImageFormat::Jpeg) {
-    const JpegHeader hd = jpeg_header(data, size, name);
-    info.width = hd.width;
-    info.height = hd.height;
-    info.channels = hd.colorspace == TJCS_GRAY ? 1 : (hd.colorspace == TJCS_CMYK || hd.colorspace == TJCS_YCCK) ? 4 : 3;
+    JpegDecoder& d = jpeg_decoder();
+    const JpegHead h = jpeg_head(d, data, size, 1, -1, name);
+    jpeg_check_warnings(d, name);
+    d.end();
+    info.width = h.image_width;
+    info.height = h.image_height;
+    info.channels = h.color_space == JCS_GRAYSCALE ? 1 : (h.color_space == JCS_CMYK || h.color_space == JCS_YCCK) ? 4 : 3;
     return info;
   }
   if (info.format == ImageFormat::Png) {
@@ -513,9 +813,26 @@ ImageInfo probe_file(const std::string& path) {
 
 Image decode(const uint8_t* data, size_t size, const DecodeOptions& options, const std::string& name) {
   const ImageFormat f = sniff_format(data, size);
-  if (f == ImageFormat::Jpeg) return decode_jpeg(data, size, options, name);
+  if (f == ImageFormat::Jpeg) return decode_jpeg(data, size, options, name, nullptr, nullptr, nullptr);
   if (f == ImageFormat::Png) return decode_png(data, size, options, name);
   refuse_format(f, data, size, name);
+}
+
+DecodedRegion decode_region(const uint8_t* data, size_t size, const CropBox& box, const DecodeOptions& options,
+                            const std::string& name) {
+  DecodedRegion r;
+  if (sniff_format(data, size) == ImageFormat::Jpeg) {
+    r.image = decode_jpeg(data, size, options, name, &box, &r.window, &r.region_decoded);
+    return r;
+  }
+  r.image = decode(data, size, options, name);
+  if (box.top < 0 || box.left < 0 || box.height <= 0 || box.width <= 0 || box.top + box.height > r.image.height ||
+      box.left + box.width > r.image.width)
+    throw ValueError(name + ": the region (top " + std::to_string(box.top) + ", left " + std::to_string(box.left) +
+                     ", " + std::to_string(box.height) + "x" + std::to_string(box.width) + ") is not inside the " +
+                     std::to_string(r.image.height) + "x" + std::to_string(r.image.width) + " image");
+  r.window = CropBox{0, 0, r.image.height, r.image.width};
+  return r;
 }
 
 Image decode_file(const std::string& path, const DecodeOptions& options) {

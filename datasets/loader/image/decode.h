@@ -11,12 +11,18 @@
 //   auto small = loader::image::decode(bytes.data(), bytes.size(), o, "cat.jpg");
 //
 //   loader::image::ImageInfo info = loader::image::probe(bytes.data(), bytes.size());
+//   // The pixels of a box only (torchvision's (top, left, height, width)), equal to the box of
+//   // decode(): a JPEG is decoded only as far as the box needs.
+//   auto r = loader::image::decode_region(bytes.data(), bytes.size(), {10, 20, 100, 150});
+//   r.image;            // the pixels of r.window, which holds the box
+//   r.region_decoded;   // false: the whole file was decoded (PNG, progressive JPEG, box nearly all)
 //
-// JPEG: libjpeg-turbo's TurboJPEG API with its decompression defaults, which are
-// libjpeg's (PIL's): the accurate integer IDCT (JDCT_ISLOW) and smooth ("fancy")
-// chroma upsampling; the same library as Debian's PIL, so the pixels are identical
-// (tests/libloader/image_decode_test.cpp checks 4:2:0, 4:4:4, grayscale, progressive and
-// CMYK files).  CMYK and YCCK files are converted as PIL does: PIL reads every CMYK JPEG
+// JPEG: libjpeg-turbo's libjpeg API with its decompression defaults (PIL's): the
+// accurate integer IDCT (JDCT_ISLOW) and smooth ("fancy") chroma upsampling; the same
+// library as Debian's PIL, so the pixels are identical (tests/libloader/image_decode_test.cpp
+// checks 4:2:0, 4:4:4, grayscale, progressive and CMYK files).  decode_region() decodes
+// only the rows and columns a box needs (plus the margin that keeps its pixels those of a
+// full decode: tests/libloader/image_region_test.cpp compares them byte for byte).  CMYK and YCCK files are converted as PIL does: PIL reads every CMYK JPEG
 // as Adobe-inverted ("CMYK;I": c = 255 - stored) and converts with Convert.c's cmyk2rgb,
 // r = 255 - k' - c*(255 - k')/255 in its rounded integer form.  A file whose data ends
 // early (libjpeg's "Premature end of JPEG file") is an error, as PIL's "image file is
@@ -91,6 +97,18 @@ struct ImageInfo {
   int channels = 0;
 };
 
+/// A box of an image as torchvision's get_params returns it: (i, j, h, w) = (top, left,
+/// height, width).
+struct CropBox {
+  int64_t top = 0;
+  int64_t left = 0;
+  int64_t height = 0;
+  int64_t width = 0;
+  bool operator==(const CropBox& o) const noexcept {
+    return top == o.top && left == o.left && height == o.height && width == o.width;
+  }
+};
+
 struct DecodeOptions {
   /// Pixel layout of the result.
   ColorMode mode = ColorMode::RGB;
@@ -102,6 +120,11 @@ struct DecodeOptions {
   /// This is not PIL's full-size decode followed by a resize: transforms.h uses it only
   /// with decode_scaling (see there for its measured accuracy).  PNG ignores it.
   int scale_denom = 1;
+  /// decode_region() of a JPEG only: decode the whole file instead when the rows and
+  /// columns the region needs (with its margin, widened to iMCU columns) hold more than
+  /// this share of the image's pixels: region decoding then saves too little to pay for
+  /// its cropped copy.  1.0: always decode the region where it is exact (tests).
+  double region_full_fraction = 0.9;
 };
 
 /// Decoded pixels: uint8, height x width x channels, row-major (HWC), contiguous.
@@ -131,6 +154,30 @@ ImageInfo probe_file(const std::string& path);
 /// error message.
 Image decode(const uint8_t* data, size_t size, const DecodeOptions& options = {},
              const std::string& name = "<memory>");
+/// What decode_region() returns: the pixels of `window`, a box of the (DCT-scaled) image
+/// that holds the box asked for.
+struct DecodedRegion {
+  Image image;
+  CropBox window;
+  /// true: a JPEG decoded only as far as the box needs (then window is the box); false:
+  /// the whole image was decoded (window is the whole image): a PNG, a progressive (or
+  /// multi-scan) JPEG, which libjpeg entropy-decodes whole before any row, or a box that
+  /// needs more than DecodeOptions::region_full_fraction of the image.
+  bool region_decoded = false;
+};
+
+/// The pixels of `box` (in the coordinates of the image decode() gives with `options`,
+/// DCT scaling included), equal byte for byte to the same box of decode()'s result.  A
+/// sequential JPEG is decoded only as far as the box needs: the columns of the box plus
+/// two chroma samples on each side, widened to iMCU columns (jpeg_crop_scanline); the
+/// rows above skipped once from the top to one iMCU row above the box
+/// (jpeg_skip_scanlines: Huffman-decoded only); the rows below not at all when the scan's
+/// data ends at an EOI marker (they cannot make decode() fail then), else Huffman-decoded,
+/// so that a truncated file gives the error decode() gives.  ValueError when the
+/// box is not inside the image, and every error decode() gives.
+DecodedRegion decode_region(const uint8_t* data, size_t size, const CropBox& box, const DecodeOptions& options = {},
+                            const std::string& name = "<memory>");
+
 /// Reads `path` and decodes it.
 Image decode_file(const std::string& path, const DecodeOptions& options = {});
 

@@ -1305,7 +1305,10 @@ void Compose::apply_into(const Image& image, Generator& g, void* dst, Trace* tra
     throw ValueError("Compose: images of " + std::to_string(image.channels) + " channels are not supported (1 or 3)");
   const OutputTable table = output_table(steps_, image.channels);
   const std::vector<Stage> stages = plan(steps_, image.height, image.width, g, trace);
-  if (trace) trace->scale_denom = 1;
+  if (trace) {
+    trace->scale_denom = 1;
+    trace->region_decoded = false;
+  }
   execute(image, stages, table, dst, nullptr, nullptr);
 }
 
@@ -1340,32 +1343,69 @@ struct Loaded {
   Image image;
   std::vector<Stage> stages;
   int scale = 1;
+  bool region = false;  // image holds only stage 0's region (decode_region)
+  CropBox window;       // where image lies in the (scaled) image
+  Axis ax, ay;          // stage 0's scaled axes (scale > 1), relative to image
 };
 
+// Stage 0 reads only its region of the file when the region lies inside the image (a
+// RandomResizedCrop, a crop that needs no padding) and is smaller than it.
+bool region_worth_asking(const Stage& s) {
+  return s.region_inside() && !(s.region == CropBox{0, 0, s.in_h, s.in_w});
+}
+
+// Decodes the file, planned from its header first for a JPEG (so the DCT scale and the
+// region are known before decoding); on a decoding error the generator is put back
+// (torchvision draws nothing for a file it cannot open).
 Loaded load_and_plan(const std::vector<TransformStep>& steps, const uint8_t* data, size_t size,
                      const LoadOptions& o, Generator& g, const std::string& name, Trace* trace) {
   Loaded l;
   DecodeOptions dec = o.decode;
   dec.scale_denom = 1;
-  if (!o.decode_scaling || sniff_format(data, size) != ImageFormat::Jpeg) {
+  if (sniff_format(data, size) != ImageFormat::Jpeg) {
     l.image = decode(data, size, dec, name);
     l.stages = plan(steps, l.image.height, l.image.width, g, trace);
+    l.window = CropBox{0, 0, l.image.height, l.image.width};
     return l;
   }
-  // Plan from the header, so the scale is known before decoding; on a decoding error
-  // the generator is put back (torchvision draws nothing for a file it cannot open).
   const ImageInfo info = probe(data, size, name);
   if (o.decode.max_image_pixels > 0 && info.width * info.height > o.decode.max_image_pixels)
     l.image = decode(data, size, dec, name);  // throws the pixel-limit error
   const std::string saved = g.state();
   try {
     l.stages = plan(steps, info.height, info.width, g, trace);
-    l.scale = choose_scale(l.stages);
+    l.scale = o.decode_scaling ? choose_scale(l.stages) : 1;
     dec.scale_denom = l.scale;
-    l.image = decode(data, size, dec, name);
+    const Stage& s = l.stages.front();
+    const bool ask = o.region_decoding && region_worth_asking(s);
+    // The box of the (scaled) image stage 0 reads.
+    CropBox box = s.region;
+    if (l.scale > 1) {
+      const int64_t sw = (info.width + l.scale - 1) / l.scale, sh = (info.height + l.scale - 1) / l.scale;
+      l.ax = scaled_axis(s.region.left, s.region.width, l.scale, sw, s.out_w);
+      l.ay = scaled_axis(s.region.top, s.region.height, l.scale, sh, s.out_h);
+      box = CropBox{l.ay.lo, l.ax.lo, l.ay.size, l.ax.size};
+    }
+    if (ask) {
+      DecodedRegion r = decode_region(data, size, box, dec, name);
+      l.image = std::move(r.image);
+      l.window = r.window;
+      l.region = r.region_decoded;
+    } else {
+      l.image = decode(data, size, dec, name);
+      l.window = CropBox{0, 0, l.image.height, l.image.width};
+    }
   } catch (...) {
     g.set_state(saved);
     throw;
+  }
+  // Stage 0's coordinates into the decoded window.
+  if (l.scale > 1) {
+    l.ax.lo -= l.window.left;
+    l.ay.lo -= l.window.top;
+  } else {
+    l.stages.front().region.top -= l.window.top;
+    l.stages.front().region.left -= l.window.left;
   }
   return l;
 }
@@ -1375,10 +1415,7 @@ void run_loaded(const Loaded& l, const OutputTable& table, void* dst) {
     execute(l.image, l.stages, table, dst, nullptr, nullptr);
     return;
   }
-  const Stage& s = l.stages.front();
-  const Axis ax = scaled_axis(s.region.left, s.region.width, l.scale, l.image.width, s.out_w);
-  const Axis ay = scaled_axis(s.region.top, s.region.height, l.scale, l.image.height, s.out_h);
-  execute(l.image, l.stages, table, dst, &ax, &ay);
+  execute(l.image, l.stages, table, dst, &l.ax, &l.ay);
 }
 
 }  // namespace
@@ -1386,7 +1423,10 @@ void run_loaded(const Loaded& l, const OutputTable& table, void* dst) {
 Tensor Compose::load(const uint8_t* data, size_t size, const LoadOptions& options, Generator& g,
                      const std::string& name, Trace* trace) const {
   Loaded l = load_and_plan(steps_, data, size, options, g, name, trace);
-  if (trace) trace->scale_denom = l.scale;
+  if (trace) {
+    trace->scale_denom = l.scale;
+    trace->region_decoded = l.region;
+  }
   // The output shape from the full-size dimensions (the plan's), not the scaled image's.
   const Stage& first = l.stages.front();
   const Dims shape = output_shape(first.in_h, first.in_w, l.image.channels);
@@ -1399,7 +1439,10 @@ Tensor Compose::load(const uint8_t* data, size_t size, const LoadOptions& option
 void Compose::load_into(const uint8_t* data, size_t size, const LoadOptions& options, Generator& g,
                         const std::string& name, void* dst, const Dims& expected_shape, Trace* trace) const {
   Loaded l = load_and_plan(steps_, data, size, options, g, name, trace);
-  if (trace) trace->scale_denom = l.scale;
+  if (trace) {
+    trace->scale_denom = l.scale;
+    trace->region_decoded = l.region;
+  }
   const Stage& first = l.stages.front();
   const Dims shape = output_shape(first.in_h, first.in_w, l.image.channels);
   if (shape != expected_shape)

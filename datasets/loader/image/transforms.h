@@ -49,10 +49,18 @@
 // the dtype conversion and Normalize into the one pass that writes CHW output (into the
 // batch row, with apply_into).  No per-pixel virtual call.
 //
+// Region decoding (LoadOptions::region_decoding, on by default): load() plans the steps
+// from a JPEG's header (the draws need only its width and height), and when the first
+// pass reads only a box of the image (RandomResizedCrop's crop, a CenterCrop or crop
+// inside the image) it decodes only that box (decode.h, decode_region: the same pixels as
+// a full decode, byte for byte), or the whole file where that would not save time
+// (progressive files, a box of nearly the whole image; Trace::region_decoded says which).
+//
 // decode_scaling (LoadOptions, off by default): when the first resample shrinks its crop
 // by 2x or more and the file is a JPEG, the file is decoded at 1/2, 1/4 or 1/8 scale with
 // libjpeg's DCT scaling (the largest that keeps the crop at least the output size), the
-// crop box mapped into the smaller image and resampled from there.  Faster, not exact:
+// crop box mapped into the smaller image and resampled from there (and, with region
+// decoding, only that box of the smaller image decoded).  Faster, not exact:
 // docs/api.md ("Images") gives its measured difference from full decoding.
 #pragma once
 
@@ -69,17 +77,6 @@
 #include "loader/value.h"
 
 namespace loader::image {
-
-/// A crop box as torchvision's get_params returns it: (i, j, h, w) = (top, left, height, width).
-struct CropBox {
-  int64_t top = 0;
-  int64_t left = 0;
-  int64_t height = 0;
-  int64_t width = 0;
-  bool operator==(const CropBox& o) const noexcept {
-    return top == o.top && left == o.left && height == o.height && width == o.width;
-  }
-};
 
 /// One step of a pipeline: a torchvision transform and its arguments.  Make it with the
 /// factories; the fields say what each kind reads.
@@ -143,6 +140,7 @@ struct Trace {
   std::vector<CropBox> crops;  ///< one per RandomResizedCrop
   std::vector<bool> flips;     ///< one per RandomHorizontalFlip
   int scale_denom = 1;         ///< the JPEG DCT scaling used by load() (1: full size)
+  bool region_decoded = false; ///< load() decoded only the region its first stage reads
 };
 
 /// torchvision's RandomResizedCrop.get_params for an image of height x width, drawing
@@ -184,6 +182,9 @@ struct LoadOptions {
   DecodeOptions decode;
   /// JPEG DCT-scaled decoding when the first resample shrinks by >= 2 (see above).
   bool decode_scaling = false;
+  /// JPEG region decoding (see above): on by default, since the pixels are those of a
+  /// full decode; false decodes every file whole (the probe's and tests' reference).
+  bool region_decoding = true;
 };
 
 /// torchvision's Compose over the steps above, planned and fused (see above).  Immutable
