@@ -14,12 +14,18 @@
 //
 // --pipeline train|eval: then, on one thread, where the time of loader's image pipeline
 // goes per file (what a W5 worker does for each sample): read_ms (loader::image::read_file,
-// from the page cache), decode_ms (loader::image::decode, RGB, full size), transform_ms
-// (the preset Compose's apply_into into a float32 [3, 224, 224] row: crop + resize +
-// flip + ToTensor + Normalize in its fused passes), and scaled_load_ms (the same decode
-// and transform with decode_scaling, one call, as the dataset makes it), each the median
-// over --passes of the mean per file (the first --pipeline-files files, default 600).
-// One JSON line {"probe": "pipeline", ...}.
+// from the page cache), decode_ms (loader::image::decode, RGB, full size: the full
+// decode), region_decode_ms (loader::image::decode_region of the box the pipeline's first
+// step reads, drawn from the header as load() draws it: RandomResizedCrop's box for
+// train, the whole image for eval) and region_share (the share of files it decoded only
+// in part; the rest fell back to a full decode), decode_saved_ms (decode_ms -
+// region_decode_ms), transform_ms (the preset Compose's apply_into of the full decode into
+// a float32 [3, 224, 224] row: crop + resize + flip + ToTensor + Normalize in its fused
+// passes), load_ms (decode and transform in one load_into call, region decoding on, as
+// the dataset makes it), load_full_ms (the same with region_decoding off) and
+// scaled_load_ms (load_ms with decode_scaling too), each the median over --passes of the
+// mean per file (the first --pipeline-files files, default 600).  One JSON line
+// {"probe": "pipeline", ...}.
 // Exit status 2 for bad arguments, 1 when a file cannot be read or decoded.
 #include <turbojpeg.h>
 
@@ -144,33 +150,57 @@ void time_pipeline(const std::vector<fs::path>& paths, const std::vector<File>& 
   const loader::Dims shape = *compose.fixed_output_shape(3);
   std::vector<float> out(static_cast<size_t>(shape[0] * shape[1] * shape[2]));
   loader::Generator g(0);
-  img::LoadOptions scaled;
+  img::LoadOptions region, full, scaled;
+  full.region_decoding = false;
   scaled.decode_scaling = true;
-  std::vector<double> read_ms, decode_ms, transform_ms, scaled_ms;
+  const img::TransformStep& first = compose.steps().front();
+  const bool rrc = first.kind == img::TransformStep::Kind::RandomResizedCrop;
+  std::vector<double> read_ms, decode_ms, region_ms, transform_ms, load_ms, load_full_ms, scaled_ms;
+  size_t region_files = 0;
   const double n = static_cast<double>(files.size());
   for (int64_t p = 0; p < passes; ++p) {
-    double r = 0, d = 0, t = 0, sc = 0;
+    double r = 0, d = 0, rd = 0, t = 0, ld = 0, lf = 0, sc = 0;
+    region_files = 0;
     for (size_t i = 0; i < files.size(); ++i) {
+      const std::string name = paths[i].string();
       auto t0 = Clock::now();
-      const std::string bytes = img::read_file(paths[i].string());
+      const std::string bytes = img::read_file(name);
       r += ms_since(t0);
       const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
       t0 = Clock::now();
-      const img::Image image = img::decode(data, bytes.size(), {}, paths[i].string());
+      const img::Image image = img::decode(data, bytes.size(), {}, name);
       d += ms_since(t0);
+      t0 = Clock::now();
+      const img::ImageInfo info = img::probe(data, bytes.size(), name);
+      const img::CropBox box = rrc ? img::random_resized_crop_params(info.height, info.width, first.scale, first.ratio, g)
+                                   : img::CropBox{0, 0, info.height, info.width};
+      const img::DecodedRegion part = img::decode_region(data, bytes.size(), box, {}, name);
+      rd += ms_since(t0);
+      if (part.region_decoded) ++region_files;
       t0 = Clock::now();
       compose.apply_into(image, g, out.data());
       t += ms_since(t0);
       t0 = Clock::now();
-      compose.load_into(data, bytes.size(), scaled, g, paths[i].string(), out.data(), shape);
+      compose.load_into(data, bytes.size(), region, g, name, out.data(), shape);
+      ld += ms_since(t0);
+      t0 = Clock::now();
+      compose.load_into(data, bytes.size(), full, g, name, out.data(), shape);
+      lf += ms_since(t0);
+      t0 = Clock::now();
+      compose.load_into(data, bytes.size(), scaled, g, name, out.data(), shape);
       sc += ms_since(t0);
     }
     read_ms.push_back(r / n);
     decode_ms.push_back(d / n);
+    region_ms.push_back(rd / n);
     transform_ms.push_back(t / n);
+    load_ms.push_back(ld / n);
+    load_full_ms.push_back(lf / n);
     scaled_ms.push_back(sc / n);
   }
-  const double r = median(read_ms), d = median(decode_ms), t = median(transform_ms), sc = median(scaled_ms);
+  const double r = median(read_ms), d = median(decode_ms), rd = median(region_ms), t = median(transform_ms),
+               ld = median(load_ms), lf = median(load_full_ms), sc = median(scaled_ms);
+  const double share = static_cast<double>(region_files) / n;
   nlohmann::ordered_json j;
   j["probe"] = "pipeline";
   j["transform"] = preset;
@@ -179,16 +209,23 @@ void time_pipeline(const std::vector<fs::path>& paths, const std::vector<File>& 
   j["passes"] = passes;
   j["read_ms"] = r;
   j["decode_ms"] = d;
+  j["region_decode_ms"] = rd;
+  j["region_share"] = share;
+  j["decode_saved_ms"] = d - rd;
   j["transform_ms"] = t;
   j["total_ms"] = r + d + t;
   j["images_per_s"] = 1000.0 / (r + d + t);
+  j["load_ms"] = ld;
+  j["load_images_per_s"] = 1000.0 / (r + ld);
+  j["load_full_ms"] = lf;
   j["scaled_load_ms"] = sc;
   j["scaled_images_per_s"] = 1000.0 / (r + sc);
   std::cout << j.dump() << std::endl;
   std::fprintf(stderr,
-               "[jpeg_decode_probe] pipeline %s, 1 thread: read %.3f ms + decode %.3f ms + transform %.3f ms per file "
-               "(%.0f images/s); with decode_scaling, decode + transform %.3f ms\n",
-               preset.c_str(), r, d, t, 1000.0 / (r + d + t), sc);
+               "[jpeg_decode_probe] pipeline %s, 1 thread, per file: read %.3f ms; full decode %.3f ms, region decode "
+               "%.3f ms (%.0f%% of files region-decoded, %.3f ms saved); transform %.3f ms; load (region decode + "
+               "transform) %.3f ms, with full decoding %.3f ms, with decode_scaling %.3f ms\n",
+               preset.c_str(), r, d, rd, 100.0 * share, d - rd, t, ld, lf, sc);
 }
 
 int run(int argc, char** argv) {
