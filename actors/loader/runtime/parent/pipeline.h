@@ -19,16 +19,19 @@
 // The stage actors run on the pool's strand: an InlineExecutor that whichever thread
 // has entered the strand (StageActors::enter) runs, so a batch costs mailbox messages
 // but no thread hand-off or wake-up (the measurement that chose this is in
-// docs/architecture.md).  Threads that enter it:
+// docs/architecture.md).  The pool's roles are classes of their own: SlotPlacement
+// (slot_placement.h: which transport serves slot k, failover, every slot's owner
+// lock), BatchDelivery (batch_delivery.h: the per-batch path) and PoolTuning
+// (pool_tuning.h: the autotuner's setting); this class begins and ends epochs, starts,
+// restarts and watches workers, and turns their events into messages.  Threads that
+// enter the strand:
 //
-//   application thread  next(): when the handoff is empty, takes the Result frames the
-//                       workers published in the result rings (shared memory, no system
-//                       call) and gives each to its link actor; runs the strand
-//                       (reorder -> pin); takes the next handed-over result, sends the
-//                       sampler its credit back and runs the strand again (the
-//                       sampler's next task goes to a link, which posts it in the
-//                       worker's task ring; the worker is woken only if it sleeps).
-//                       Sleeps on the rings' doorbell only when nothing is ready.
+//   application thread  next() (BatchDelivery::next): when the handoff is empty, takes
+//                       the Result frames the workers published in the result rings
+//                       and gives each to its link actor; runs the strand (reorder ->
+//                       pin); takes the next handed-over result, sends the sampler its
+//                       credit back and runs the strand again.  Sleeps on the rings'
+//                       doorbell only when nothing is ready.
 //   reader thread k     on_frame(): every other frame of worker k (hello, ready, errors,
 //                       a batch too large for a ring...) as a message to link k;
 //                       on_down(): takes what the dead incarnation left in its ring
@@ -36,21 +39,25 @@
 //                       (doorbell) only if it sleeps.  Readers never write to a socket
 //                       (a full socket could then deadlock both sides): frames they
 //                       queue are flushed by the slot actor (hooks.flush_later).
-//   any thread          release_slab(): a batch was dropped; a task waiting for a
-//                       slab goes out.
+//   any thread          release_slab() (BatchDelivery::release_slab): a batch was
+//                       dropped; a task waiting for a slab goes out.
 //   slot actor k        restart(k), watch(k), flush(k) (WorkerControl): everything
 //                       that starts or kills worker k's incarnation runs there or in
 //                       the application thread (slot_actor.h, pool_actor.h), off the
 //                       strand, as the owner of worker k's transport; it enters the
 //                       strand only to tell the worker stage (begin_incarnation, attach).
 //
-// Locks: a transport's owner lock (orders what is written to one worker) before the
-// strand before SlabStore's lock and a transport's queue lock.  The strand's lock is
-// the executor's, not a stage's: each stage's state is its own plain class, changed
-// only through its operations (WorkerSlots for the worker stage), and this class's own
-// fields (epoch, fatal error) are read and written only on the strand.  No socket write
-// and no process wait happens on the strand.  Between two runs every stage mailbox is
-// empty, and the pool reads the stages' plain classes (position, stats).
+// Locks: a slot's owner lock (SlotPlacement::owner: orders what is written to one
+// worker) before the strand before SlabStore's lock and a transport's queue lock.  The
+// strand's lock is the executor's, and it also guards the stages' plain classes: each
+// stage's state is its own class, changed only through its operations, but those
+// operations are not all messages yet: with the strand entered, this class and
+// BatchDelivery call some directly (SamplerStage begin/halt, ReorderBuffer reset,
+// Handoff restart/clear/take, and WorkerSlots' incarnation and epoch operations).
+// This class's own fields (PoolEpoch: epoch, fatal error) are read and written only on
+// the strand.  No socket write and no process wait happens on the strand.  Between two
+// runs every stage mailbox is empty, and the pool reads the stages' plain classes
+// (position, stats).
 //
 // Why the reorder buffer cannot overflow: a task goes out only against a credit
 // (TaskDispatcher::can_send, in the sampler stage), and a credit comes back only when
@@ -79,6 +86,7 @@
 #include "loader/fetch.h"
 #include "loader/runtime/epoch.h"
 #include "loader/runtime/parent/autotuner.h"
+#include "loader/runtime/parent/batch_delivery.h"
 #include "loader/runtime/parent/pool_tuning.h"
 #include "loader/runtime/parent/reorder_buffer.h"
 #include "loader/runtime/child/worker_core.h"  // WorkerConfig
@@ -86,6 +94,7 @@
 #include "loader/runtime/parent/shm_transport.h"
 #include "loader/runtime/parent/slab_store.h"
 #include "loader/runtime/parent/slot_actor.h"
+#include "loader/runtime/parent/slot_placement.h"
 #include "loader/runtime/parent/stage_actors.h"
 #include "loader/runtime/parent/task_dispatcher.h"
 #include "loader/runtime/parent/worker_lifecycle.h"
@@ -94,19 +103,6 @@
 #include "loader/runtime/worker_rings.h"
 
 namespace loader::runtime {
-
-/// What next() hands the application thread.
-struct Delivery {
-  enum class Kind { Batch, Error, End, Fatal, Timeout } kind = Kind::End;
-  uint64_t task = 0;
-  int worker = -1;
-  uint64_t slab = 0;          ///< Batch: the slab the batch is in (0: inline payload)
-  std::string payload;        ///< Batch: encoded batch (descriptors into the slab)
-  std::string error_type;     ///< Error/Fatal
-  std::string error_message;  ///< Error/Fatal
-  bool pinned = false;        ///< Batch: its slab is page-locked (the pin stage says so)
-  std::shared_ptr<Value> value = nullptr;  ///< Batch: the batch itself, read by a remote worker's bulk stream (payload empty)
-};
 
 using loader::EpochPosition;  // epoch.h
 using loader::EpochResume;
@@ -151,6 +147,7 @@ class Pipeline final : public LinkEvents,
                        public WorkerControl,
                        public StageFailures,
                        public WorkerStageEvents,
+                       public BatchDelivery::Pool,
                        public std::enable_shared_from_this<Pipeline> {
  public:
   Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs);
@@ -254,59 +251,38 @@ class Pipeline final : public LinkEvents,
   std::pair<int, int> tuned() const;
 
  private:
-  /// What carries worker k's frames, at [k]: its transports and its owner lock (made
-  /// with the pipeline, each transport stopped by shutdown()).
-  struct Carrier {
-    std::mutex owner;  ///< the slot's owner lock (worker_transport.h)
-    std::unique_ptr<WorkerTransport> home;  ///< ShmTransport, or RemoteTransport for a remote slot
-    RemoteTransport* remote = nullptr;      ///< home, when the slot is remote
-    std::unique_ptr<ShmTransport> standin;  ///< a remote slot's local stand-in, made when first needed
-    /// The transport in use: changed under `owner` and the strand, read under either.
-    WorkerTransport* current = nullptr;
-  };
   /// The id the next epoch's first task gets.
   uint64_t next_first_task_locked() const;
-  /// Runs the stage actors until every mailbox is empty; a sampler that failed fails
-  /// the epoch.
-  void run_stages_locked();
-  /// Gives back the slabs of every result of the epoch not taken (reorder, handoff).
-  void release_undelivered_locked();
-  /// The task the application gets next.
-  uint64_t next_for_application_locked() const;
-  /// Worker `worker` is dead (`fatal` to its link: its tasks are answered, the
-  /// sampler retires it, the epoch fails).
-  void worker_failed_locked(int worker, const std::string& type, const std::string& message);
+  /// begin_epoch on the strand: the stages reset for the new epoch, the workers told
+  /// (resumed streams, task seeds), the slabs sized.  Returns the epoch's id.
+  uint64_t begin_epoch_locked(std::optional<TaskSource> source, bool reset_streams, EpochResume resume);
+  /// The epoch's first tasks go out one at a time, each written at once (off the strand).
+  void send_first_tasks(uint64_t epoch);
+  /// On the strand (BatchDelivery::Pool): runs the stage actors until every mailbox is
+  /// empty; a sampler that failed fails the epoch.
+  void run_stages_locked() override;
+  /// On the strand: worker `worker` is dead (`fatal` to its link: its tasks are
+  /// answered, the sampler retires it, the epoch fails).
+  void worker_failed_locked(int worker, const std::string& type, const std::string& message) override;
   void set_fatal_locked(const std::string& type, const std::string& message, int worker);
-  bool releasable_locked() const;
   bool healthy_locked() const;
   void notify_locked();
   void flush_all();
   /// A local worker's transport (slot `worker`; a remote slot's stand-in).
-  std::unique_ptr<ShmTransport> make_local_transport(int worker, uint64_t rng_slots);
-  /// Worker `worker`'s carrier.
-  Carrier& carrier(int worker) { return *carriers_[static_cast<size_t>(worker)]; }
+  std::unique_ptr<WorkerTransport> make_local_transport(int worker, uint64_t rng_slots);
   /// Runs incarnation `gen` of worker `worker` (begin_incarnation done, its owner lock
-  /// held): the last one's transport stopped, the new one started (start_somewhere),
-  /// attached, and its held tasks sent again; `carry_stream`: its random stream goes on
-  /// from where the last one stopped (WorkerSlots::resend_held's `moved`; a lost host's
-  /// slot always).  When it cannot start, the worker fails with "could not be `verb`".
+  /// held): the last one's transport stopped, the new one started where it can run
+  /// (SlotPlacement::start), attached, and its held tasks sent again.  When it cannot
+  /// start, the worker fails with "could not be `verb`".
   void run_incarnation(int worker, uint32_t gen, bool carry_stream, const char* verb);
-  /// Starts incarnation `gen` of worker `worker` where it can run: its current transport;
-  /// for a remote slot whose host was lost, another host or a local stand-in (in that
-  /// order).  REQUIRES: its owner lock held, begin_incarnation done.  Returns the
-  /// transport it started on; throws RuntimeError saying why when none could.
-  WorkerTransport& start_somewhere(int worker, uint32_t gen);
-  /// Worker `worker`'s next incarnation goes through `t` (WorkerSlots::set_transport and
-  /// the carrier's current one, on the strand).  REQUIRES: its owner lock held.
-  void use_transport(int worker, WorkerTransport* t);
+  /// Incarnation `gen`, started on `t`, gets its configuration and its held tasks again;
+  /// `carry_stream`: its random stream goes on from where the last one stopped
+  /// (WorkerSlots::resend_held's `moved`; a lost host's slot always).  REQUIRES: its
+  /// owner lock held.
+  void attach_started(int worker, uint32_t gen, WorkerTransport& t, bool carry_stream);
   /// A remote slot away from its host (moved after a loss) tries its host again as an
   /// epoch begins; if the host cannot take it, it stays where it is (a warning says so).
   void take_home(int worker);
-  /// Takes every Result frame the workers have published in the result rings (all
-  /// rings, or only `worker`'s) and gives each to its link actor, as on_frame would.
-  /// Returns how many it took.
-  size_t drain_rings_locked(bool& flush_needed, int worker = -1);
-
   // Set at construction (hooks_: before the first reader thread); config_.workers
   // also by reinit(), on the strand.
   PipelineConfig config_;
@@ -314,36 +290,15 @@ class Pipeline final : public LinkEvents,
   PipelineHooks hooks_;
   bool iterable_ = false;
   std::unique_ptr<WorkerRings> rings_;  ///< Task and Result frames in shared memory; its doorbell wakes next()
-  std::vector<std::unique_ptr<Carrier>> carriers_;
+  /// Every slot's transports and owner lock (made with the pipeline, stopped by shutdown()).
+  std::unique_ptr<SlotPlacement> placement_;
 
   // The pool's own state: on the strand (the *_locked methods: StageActors::enter() held).
-  bool closed_ = false;
-  uint64_t epoch_ = 0;             ///< 0: no epoch running
+  PoolEpoch pool_;                 ///< closed, the running epoch, its first task, its fatal error
   uint64_t epochs_started_ = 0;
-  uint64_t first_task_ = 0;        ///< the current epoch's first task
   uint64_t next_task_ = 0;         ///< task ids are unique across epochs
-  std::optional<Delivery> fatal_;
   bool stopped_ = false;
-  uint64_t waits_ = 0;             ///< next() calls of this epoch that found nothing ready
-  /// The epoch's in-flight tasks and ready results over time (EpochStats in_flight_mean,
-  /// ready_mean, their max): seen at each hand-over of a batch (next()), each value
-  /// weighted by the time to the next hand-over.  On the strand.
-  struct Occupancy {
-    std::chrono::steady_clock::time_point began, last;
-    double in_flight_area = 0, ready_area = 0;  ///< value x seconds
-    uint64_t in_flight = 0, ready = 0;           ///< the values seen last
-    uint64_t in_flight_max = 0, ready_max = 0;
-    void start(std::chrono::steady_clock::time_point now);
-    void see(std::chrono::steady_clock::time_point now, uint64_t in_flight_now, uint64_t ready_now);
-    /// The means up to `now` (the values seen last still count until then).
-    std::pair<double, double> means(std::chrono::steady_clock::time_point now) const;
-  };
-  Occupancy occupancy_;
   uint64_t slab_grown_at_begin_ = 0;  ///< SlabStore::stats().grown as the epoch began
-  /// The application's time in this epoch's next() calls waiting for a batch (the
-  /// autotuner's figure; the batches are the slots' delivered counts, the epoch's start
-  /// occupancy_.began).  On the strand.
-  uint64_t wait_ns_ = 0;
   /// num_workers = auto (null otherwise): the slots the tuner wants running, the
   /// prefetch depth, this epoch's decisions (on the strand) and the tuner (observe: the
   /// pool actor's thread).
@@ -362,6 +317,8 @@ class Pipeline final : public LinkEvents,
   // the strand (destroyed first).
   std::unique_ptr<WorkerSlots> workers_;
   std::unique_ptr<StageActors> stages_;
+  /// The per-batch path (next(), release_slab(), the rings taken), over the above.
+  std::unique_ptr<BatchDelivery> delivery_;
 };
 
 }  // namespace loader::runtime

@@ -48,7 +48,7 @@ struct RemoteWorkerSpec {
   std::string tls_cert, tls_key, tls_ca;      ///< TLS (all three, or none)
 };
 
-class RemoteTransport final : public WorkerTransport {
+class RemoteTransport final : public HostedTransport {
  public:
   /// `events` outlives the transport.  `rng_slots`: before-records on its state page.
   RemoteTransport(int worker, RemoteWorkerSpec spec, LinkEvents* events, uint64_t rng_slots);
@@ -58,9 +58,9 @@ class RemoteTransport final : public WorkerTransport {
 
   /// Owner: the next start() connects to `a` instead (a slot whose host was lost goes
   /// to another host; home() takes it back).
-  void retarget(const HostPort& a) { spec_.address = a; }
-  const HostPort& target() const { return spec_.address; }
-  const HostPort& home() const { return home_; }
+  void retarget(const HostPort& a) override { spec_.address = a; }
+  const HostPort& target() const override { return spec_.address; }
+  const HostPort& home() const override { return home_; }
 
   void start(uint32_t gen) override;
   void stop() override;

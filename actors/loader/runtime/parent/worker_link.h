@@ -1,7 +1,7 @@
 // Link: one incarnation of a worker as the pipeline sees it (an interface; the
 // pipeline makes its links through a LinkFactory).  WorkerLink: the local one, a child
 // process (or a thread for WorkerMode::InProcess), the socket to it and the thread that
-// reads that socket.  Owned by exactly one ShmTransport (worker k's local transport, which the pipeline's carrier k holds); move-free (held by unique_ptr).
+// reads that socket.  Owned by exactly one ShmTransport (worker k's local transport, which the pipeline's SlotPlacement holds); move-free (held by unique_ptr).
 //
 // Threads and who calls what:
 //   - the constructor (which starts the worker), stop(), kill_with_reason(): the owner

@@ -37,6 +37,8 @@
 
 namespace loader::runtime {
 
+struct HostPort;  // remote_protocol.h
+
 /// What a transport reports; implemented by the pool (Pipeline).  On the transport's own
 /// thread (a local link's reader), never on the strand.
 class LinkEvents {
@@ -114,6 +116,18 @@ class WorkerTransport {
   /// The slot moves here from another transport: its stream goes on from `state`, the
   /// state after task `task` (recorded as that task's After).  Before start().
   virtual void carry_state(uint64_t task, const std::string& state) = 0;
+};
+
+/// A transport to a worker on another host, which can be pointed at another host
+/// (RemoteTransport; SlotPlacement moves a slot whose host was lost).  The owner, under
+/// the slot's owner lock, calls these, between incarnations.
+class HostedTransport : public WorkerTransport {
+ public:
+  /// The next start() connects to `a` instead.
+  virtual void retarget(const HostPort& a) = 0;
+  /// Where the next start() connects, and the host the slot was given.
+  virtual const HostPort& target() const = 0;
+  virtual const HostPort& home() const = 0;
 };
 
 }  // namespace loader::runtime
