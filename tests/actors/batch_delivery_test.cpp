@@ -45,7 +45,11 @@ class QueueTransport final : public WorkerTransport {
   int pid() const override { return -1; }
   void reset(uint32_t) override {}
   void prepare(std::string) override {}
-  void send(FrameType, std::string) override {}
+  void init(std::string) override {}
+  void set_rng(uint64_t, std::string) override {}
+  void task_seeds(const TaskSeeds&) override {}
+  void restart_stream() override {}
+  void resume_stream(const StreamResume&) override {}
   void send_task(uint64_t task, uint64_t, const IndexBatch&) override {
     tasks.push_back(task);
     dirty_ = true;

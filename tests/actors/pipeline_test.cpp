@@ -115,7 +115,7 @@ class PipelineScripted : public ::testing::Test {
     cfg.prefetch_factor = prefetch;
     cfg.max_restarts = max_restarts;
     cfg.batch_bytes = 4096;  // slabs sized before the first task: every task has one
-    cfg.make_link = [this](const Link::Spec& spec, LinkEvents*) {
+    cfg.make_link = [this](const Link::Spec& spec, LinkFrames*) {
       auto inc = std::make_shared<Incarnation>();
       inc->worker = spec.worker_id;
       inc->gen = spec.generation;
@@ -137,13 +137,11 @@ class PipelineScripted : public ::testing::Test {
 
   Incarnation& current(int w) { return *incarnations_.at(w).back(); }
 
-  /// The worker's hello and Ready, as its reader thread would report them.
+  /// The worker's hello and Ready, as its transport reports them.
   void say_ready(int w) {
     Incarnation& inc = current(w);
-    Frame hello{FrameType::Hello, std::string(8, '\0'), UniqueFd()};
-    pipeline_->on_frame(w, inc.gen, hello);
-    Frame ready{FrameType::Ready, std::string(8, '\0'), UniqueFd()};
-    pipeline_->on_frame(w, inc.gen, ready);
+    pipeline_->on_hello(w, inc.gen);
+    pipeline_->on_ready(w, inc.gen);
   }
 
   /// Every task worker `w` can take now, in the order its worker loop would run them:
@@ -356,9 +354,7 @@ TEST_F(PipelineScripted, TheSamplerActorsTaskToAWorkerThatDiesMidTaskIsReissuedE
   late.kind = WorkerReply::Kind::Result;
   late.task = 1;
   late.payload = "late";
-  auto [type, body] = encode_reply(late);
-  Frame late_frame{static_cast<FrameType>(type), body, UniqueFd()};
-  pipeline_->on_frame(1, dead_gen, late_frame);
+  pipeline_->on_result(1, dead_gen, std::move(late));
   answer(0, w0[0]);
   answer(1, again[0], " again");
   std::vector<std::string> delivered;

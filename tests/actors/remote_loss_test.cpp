@@ -84,7 +84,18 @@ class FakeTransport final : public WorkerTransport {
   int pid() const override { return -1; }
   void reset(uint32_t gen) override { reset_to = gen; }
   void prepare(std::string init) override { sent.push_back({FrameType::Init, std::move(init)}); }
-  void send(FrameType type, std::string body) override { sent.push_back({type, std::move(body)}); }
+  // What the worker is told, recorded as the frames a local worker would get.
+  void init(std::string config) override { sent.push_back({FrameType::Init, std::move(config)}); }
+  void set_rng(uint64_t task, std::string state) override {
+    sent.push_back({FrameType::SetRng, SetRngFrame{task, std::move(state)}.encode()});
+  }
+  void task_seeds(const TaskSeeds& s) override {
+    sent.push_back({FrameType::TaskSeeds, TaskSeedsFrame{s.base_seed, s.task_base}.encode()});
+  }
+  void restart_stream() override { sent.push_back({FrameType::Epoch, {}}); }
+  void resume_stream(const StreamResume& r) override {
+    sent.push_back({FrameType::ResumeStream, encode_stream_resume(r)});
+  }
   void send_task(uint64_t task, uint64_t slab, const IndexBatch&) override {
     tasks.emplace_back(task, slab);
     sent.push_back({FrameType::Task, std::to_string(task)});

@@ -43,7 +43,11 @@ class FakeTransport : public WorkerTransport {
   int pid() const override { return -1; }
   void reset(uint32_t) override {}
   void prepare(std::string) override {}
-  void send(FrameType, std::string) override {}
+  void init(std::string) override {}
+  void set_rng(uint64_t, std::string) override {}
+  void task_seeds(const TaskSeeds&) override {}
+  void restart_stream() override {}
+  void resume_stream(const StreamResume&) override {}
   void send_task(uint64_t, uint64_t, const IndexBatch&) override {}
   void use_slab(uint64_t, uint64_t) override {}
   bool dirty() const override { return false; }
@@ -75,7 +79,11 @@ class FakeHosted final : public HostedTransport {
   int pid() const override { return -1; }
   void reset(uint32_t) override {}
   void prepare(std::string) override {}
-  void send(FrameType, std::string) override {}
+  void init(std::string) override {}
+  void set_rng(uint64_t, std::string) override {}
+  void task_seeds(const TaskSeeds&) override {}
+  void restart_stream() override {}
+  void resume_stream(const StreamResume&) override {}
   void send_task(uint64_t, uint64_t, const IndexBatch&) override {}
   void use_slab(uint64_t, uint64_t) override {}
   bool dirty() const override { return false; }

@@ -240,14 +240,13 @@ TEST_F(WorkerActorTest, RecordsOnItsStatePageTheGeneratorStateEachTaskStartsFrom
 // ---------------------------------------------------------------- in a worker process
 
 /// Records the frames a worker process sends.
-class FrameLog : public LinkEvents {
+class FrameLog : public LinkFrames {
  public:
   void on_frame(int, uint32_t, Frame& f) override {
     std::lock_guard<std::mutex> lock(mu_);
     frames_.push_back(std::move(f));
     cv_.notify_all();
   }
-  void on_reply(int, uint32_t, WorkerReply&&) override { ADD_FAILURE() << "a local worker's reply came as a message"; }
   void on_down(int, uint32_t, const WorkerExit&) override {
     std::lock_guard<std::mutex> lock(mu_);
     down_ = true;

@@ -263,7 +263,7 @@ using pin_actor = caf::typed_actor<caf::reacts_to<result_msg>>;
 
 // ---------------------------------------------------------------- main process control
 
-/// reader thread (Pipeline::on_frame) -> slot actor k: frames are queued for worker
+/// a transport's thread (Pipeline::to_link) -> slot actor k: frames are queued for worker
 /// k (a larger slab for a batch that did not fit, the next task of an iterable).
 /// Readers never write to a socket themselves.
 using flush_atom = caf::atom_constant<caf::atom("flush")>;

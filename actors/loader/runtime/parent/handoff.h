@@ -2,7 +2,7 @@
 // (pin_actor.h): the results handed over to the application, in the order the
 // reorder stage released them, each marked page-locked or not (its slab's pinning,
 // made once when the slab was: SlabStore).  The application thread takes them
-// (Pipeline::next), and each one taken returns a credit to the sampler.
+// (BatchDelivery::next), and each one taken returns a credit to the sampler.
 //
 // Thread use: the strand of its pool (the pin actor pushes); the application thread
 // takes and reads between two activations of the strand, under the strand's lock.

@@ -59,12 +59,13 @@ Pipeline::Pipeline(PipelineConfig config, std::shared_ptr<SlabStore> slabs)
 }
 
 std::unique_ptr<WorkerTransport> Pipeline::make_local_transport(int worker, uint64_t rng_slots) {
-  IncarnationFactory make = [this](const Link::Spec& spec) -> std::unique_ptr<Link> {
-    if (config_.make_link) return config_.make_link(spec, this);
-    return std::make_unique<WorkerLink>(spec, this);
-  };
+  LinkFactory make = config_.make_link;
+  if (!make)
+    make = [](const Link::Spec& spec, LinkFrames* frames) -> std::unique_ptr<Link> {
+      return std::make_unique<WorkerLink>(spec, frames);
+    };
   return std::make_unique<ShmTransport>(Link::Spec{worker, 0, config_.in_process, config_.executable}, std::move(make),
-                                        *rings_, *slabs_, rng_slots);
+                                        *rings_, *slabs_, rng_slots, this);
 }
 
 Pipeline::~Pipeline() {
@@ -317,7 +318,7 @@ uint64_t Pipeline::begin_epoch_locked(std::optional<TaskSource> source, bool res
   if (resume.task_seed_base) {
     // Task t of this epoch is seeded task_seed(base_seed, t - task_base), t - task_base
     // being its index in the (checkpointed) epoch; a worker restarted later gets it too.
-    workers_->set_task_seeds(TaskSeedsFrame{*resume.task_seed_base, first_task - resume.consumed}.encode());
+    workers_->set_task_seeds(TaskSeeds{*resume.task_seed_base, first_task - resume.consumed});
   }
   for (int w = 0; w < num_workers(); ++w) {
     if (workers_->dead(w)) {
@@ -329,9 +330,9 @@ uint64_t Pipeline::begin_epoch_locked(std::optional<TaskSource> source, bool res
     if (workers_->parked(w)) continue;  // its next incarnation gets the task seeds at attach
     // A resumed stream (state hooks) begins with its checkpoint's state instead.
     if (static_cast<size_t>(w) < resume.streams.size())
-      workers_->send(w, FrameType::ResumeStream, encode_stream_resume(resume.streams[static_cast<size_t>(w)]));
-    else if (reset_streams) workers_->send(w, FrameType::Epoch, {});
-    if (resume.task_seed_base) workers_->send(w, FrameType::TaskSeeds, *workers_->task_seeds());
+      workers_->resume_stream(w, resume.streams[static_cast<size_t>(w)]);
+    else if (reset_streams) workers_->restart_stream(w);
+    if (resume.task_seed_base) workers_->send_task_seeds(w);
   }
   // Slabs sized before the first task (sample_spec): a pool that cannot fit in
   // shared memory is this epoch's error, before its first batch.
@@ -594,44 +595,14 @@ void Pipeline::unpark(int worker) {
 
 // ------------------------------------------------------------------ reader threads
 
-void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
+// Every event becomes a message to link k, which drops an older incarnation's.
+template <class F>
+void Pipeline::to_link(int worker, F&& send) {
   std::vector<int> dirty;
   {
     const auto lock = stages_->enter();
     if (pool_.closed) return;
-    // Every frame becomes a message to link k, which drops an older incarnation's.
-    const link_actor link = stages_->link(worker);
-    try {
-      switch (f.type) {
-        case FrameType::Hello: stages_->send(link, hello_atom::value, gen); break;
-        case FrameType::Ready: stages_->send(link, ready_atom::value, gen); break;
-        case FrameType::StreamStart: {
-          auto [task, start] = decode_stream_start(f.body);
-          stages_->send(link, stream_atom::value, gen, task, std::move(start.rng), start.state.has_value(),
-                        start.state.value_or(std::string()));
-          break;
-        }
-        case FrameType::InitError: {
-          const InitErrorFrame e = InitErrorFrame::decode(f.body);
-          const std::string when = e.when.empty() ? std::string("to start") : e.when;
-          stages_->send(link, fatal_atom::value, gen, e.type,
-                        "DataLoader worker " + std::to_string(worker) + " failed " + when + ": " + e.type + ": " +
-                            e.message);
-          break;
-        }
-        default: {
-          // A result on the socket (too large for the ring, or the ring was full).
-          WorkerReply r = decode_reply(static_cast<uint8_t>(f.type), f.body);
-          const uint64_t task = r.task;
-          stages_->send(link, gen, result_msg{task, std::move(r), worker});
-          break;
-        }
-      }
-    } catch (const std::exception& e) {
-      stages_->send(link, fatal_atom::value, gen, std::string("RuntimeError"),
-                    "DataLoader worker " + std::to_string(worker) + " sent a frame the main process cannot read (" +
-                        frame_type_name(f.type) + "): " + e.what());
-    }
+    send(stages_->link(worker));
     run_stages_locked();
     dirty = workers_->dirty();
     notify_locked();
@@ -640,19 +611,42 @@ void Pipeline::on_frame(int worker, uint32_t gen, Frame& f) {
     for (int w : dirty) hooks_.flush_later(w);
 }
 
-void Pipeline::on_reply(int worker, uint32_t gen, WorkerReply&& reply) {
-  std::vector<int> dirty;
-  {
-    const auto lock = stages_->enter();
-    if (pool_.closed) return;
+void Pipeline::on_hello(int worker, uint32_t gen) {
+  to_link(worker, [&](const link_actor& link) { stages_->send(link, hello_atom::value, gen); });
+}
+
+void Pipeline::on_ready(int worker, uint32_t gen) {
+  to_link(worker, [&](const link_actor& link) { stages_->send(link, ready_atom::value, gen); });
+}
+
+void Pipeline::on_stream_start(int worker, uint32_t gen, uint64_t task, StreamStart start) {
+  to_link(worker, [&](const link_actor& link) {
+    stages_->send(link, stream_atom::value, gen, task, std::move(start.rng), start.state.has_value(),
+                  start.state.value_or(std::string()));
+  });
+}
+
+void Pipeline::on_init_error(int worker, uint32_t gen, const std::string& type, const std::string& message,
+                             const std::string& when) {
+  to_link(worker, [&](const link_actor& link) {
+    stages_->send(link, fatal_atom::value, gen, type,
+                  "DataLoader worker " + std::to_string(worker) + " failed " +
+                      (when.empty() ? std::string("to start") : when) + ": " + type + ": " + message);
+  });
+}
+
+void Pipeline::on_result(int worker, uint32_t gen, WorkerReply&& reply) {
+  to_link(worker, [&](const link_actor& link) {
     const uint64_t task = reply.task;
-    stages_->send(stages_->link(worker), gen, result_msg{task, std::move(reply), worker});
-    run_stages_locked();
-    dirty = workers_->dirty();
-    notify_locked();
-  }
-  if (hooks_.flush_later)
-    for (int w : dirty) hooks_.flush_later(w);
+    stages_->send(link, gen, result_msg{task, std::move(reply), worker});
+  });
+}
+
+void Pipeline::on_unreadable(int worker, uint32_t gen, const std::string& what) {
+  to_link(worker, [&](const link_actor& link) {
+    stages_->send(link, fatal_atom::value, gen, std::string("RuntimeError"),
+                  "DataLoader worker " + std::to_string(worker) + " sent " + what);
+  });
 }
 
 void Pipeline::stage_failed(const std::string& message) { set_fatal_locked("RuntimeError", message, -1); }

@@ -32,8 +32,10 @@
 //                       pin); takes the next handed-over result, sends the sampler its
 //                       credit back and runs the strand again.  Sleeps on the rings'
 //                       doorbell only when nothing is ready.
-//   reader thread k     on_frame(): every other frame of worker k (hello, ready, errors,
-//                       a batch too large for a ring...) as a message to link k;
+//   reader thread k     on_hello, on_ready, on_stream_start, on_init_error, on_result,
+//                       on_unreadable (LinkEvents: what worker k's transport decoded of
+//                       every other frame: a batch too large for a ring...), each a
+//                       message to link k;
 //                       on_down(): takes what the dead incarnation left in its ring
 //                       first, then `down` to link k.  The application thread is woken
 //                       (doorbell) only if it sleeps.  Readers never write to a socket
@@ -119,8 +121,8 @@ struct PipelineConfig {
   std::optional<uint64_t> batch_bytes;  ///< slab size hint from sample_spec()
   /// How long a started process may take to say hello (enter run_worker_if_requested).
   std::chrono::milliseconds hello_deadline{10000};
-  /// Makes each incarnation's link of a local worker; empty: a WorkerLink (a local
-  /// process or thread).
+  /// Makes each incarnation's link of a local worker (its frames go to the worker's
+  /// ShmTransport); empty: a WorkerLink (a local process or thread).
   LinkFactory make_link;
   /// Workers on other hosts: the last remote.size() of `workers` (a local worker's id
   /// is below every remote one's).
@@ -225,9 +227,15 @@ class Pipeline final : public LinkEvents,
   void epoch_failed(const std::string& type, const std::string& message, int worker) override;
   void worker_restarting(int worker, uint32_t gen, const std::string& warning) override;
 
-  // ---- reader threads (LinkEvents)
-  void on_frame(int worker, uint32_t gen, Frame& frame) override;
-  void on_reply(int worker, uint32_t gen, WorkerReply&& reply) override;
+  // ---- a transport's own thread (LinkEvents: a local reader, a remote client actor or
+  // ---- bulk reader): each event a message to link k
+  void on_hello(int worker, uint32_t gen) override;
+  void on_ready(int worker, uint32_t gen) override;
+  void on_stream_start(int worker, uint32_t gen, uint64_t task, StreamStart start) override;
+  void on_init_error(int worker, uint32_t gen, const std::string& type, const std::string& message,
+                     const std::string& when) override;
+  void on_result(int worker, uint32_t gen, WorkerReply&& reply) override;
+  void on_unreadable(int worker, uint32_t gen, const std::string& what) override;
   void on_down(int worker, uint32_t gen, const WorkerExit& how) override;
 
   const std::shared_ptr<SlabStore>& slabs() const { return slabs_; }
@@ -268,6 +276,10 @@ class Pipeline final : public LinkEvents,
   bool healthy_locked() const;
   void notify_locked();
   void flush_all();
+  /// Sends link `worker` what `send` sends it (with the strand entered), runs the
+  /// stages, and has the frames this queued flushed by the slot actors.
+  template <class F>
+  void to_link(int worker, F&& send);
   /// A local worker's transport (slot `worker`; a remote slot's stand-in).
   std::unique_ptr<WorkerTransport> make_local_transport(int worker, uint64_t rng_slots);
   /// Runs incarnation `gen` of worker `worker` (begin_incarnation done, its owner lock

@@ -181,16 +181,52 @@ struct RemoteTransport::Inbox {
     RngStatePage page(t->page_.get(), t->page_bytes_);
     if (!before.empty()) page.write(r.batch.task, RngStatePage::Before, before);
     if (!after.empty()) page.write(r.batch.task, RngStatePage::After, after);
-    t->events_->on_reply(t->worker_, gen, std::move(r.batch));
+    t->events_->on_result(t->worker_, gen, std::move(r.batch));
   }
 
-  /// An event of incarnation `gen` as the frame a local worker would have sent.
-  void frame(uint32_t gen, FrameType type, std::string body) {
+  /// Runs `event` for the pool, unless the transport is gone.
+  template <class F>
+  void event(F&& event) {
     heard();
     std::lock_guard<std::mutex> l(mu);
-    if (!t) return;
-    Frame f{type, std::move(body), UniqueFd()};
-    t->events_->on_frame(t->worker_, gen, f);
+    if (t) event(*t->events_, t->worker_);
+  }
+  void ready(uint32_t gen) {
+    event([&](LinkEvents& e, int w) { e.on_ready(w, gen); });
+  }
+  void stream_start(uint32_t gen, uint64_t task, StreamStart start) {
+    event([&](LinkEvents& e, int w) { e.on_stream_start(w, gen, task, std::move(start)); });
+  }
+  void init_error(uint32_t gen, const std::string& type, const std::string& message, const std::string& when) {
+    event([&](LinkEvents& e, int w) { e.on_init_error(w, gen, type, message, when); });
+  }
+  void unreadable(uint32_t gen, const std::string& what) {
+    event([&](LinkEvents& e, int w) { e.on_unreadable(w, gen, what); });
+  }
+  /// What a bulk-stream frame of incarnation `gen` says (the events a session sends on
+  /// its bulk stream, in order with its replies; without one they come as messages).
+  void bulk(uint32_t gen, BulkFrame& f) {
+    switch (f.type) {
+      case FrameType::RemoteReply: {
+        result_msg m{f.reply.task, std::move(f.reply), -1};
+        reply(gen, m, f.before, f.after);
+        return;
+      }
+      case FrameType::Ready: ready(gen); return;
+      case FrameType::StreamStart: {
+        auto [task, start] = decode_stream_start(f.body);
+        stream_start(gen, task, std::move(start));
+        return;
+      }
+      case FrameType::InitError: {
+        const InitErrorFrame e = InitErrorFrame::decode(f.body);
+        init_error(gen, e.type, e.message, e.when);
+        return;
+      }
+      default:
+        unreadable(gen, std::string("a bulk-stream frame the main process does not expect (") +
+                            frame_type_name(f.type) + ")");
+    }
   }
 
   void lost(uint32_t gen, const std::string& why) {
@@ -235,14 +271,14 @@ caf::behavior client_behavior(caf::stateful_actor<ClientState>* self, std::share
       [self](result_msg& r, const std::string& before, const std::string& after) {
         self->state.inbox->reply(self->state.gen, r, before, after);
       },
-      [self](ready_atom) { self->state.inbox->frame(self->state.gen, FrameType::Ready, PidFrame{-1}.encode()); },
+      [self](ready_atom) { self->state.inbox->ready(self->state.gen); },
       [self](stream_atom, uint64_t task, std::string& rng, bool has_state, std::string& state) {
         StreamStart s{std::move(rng), std::nullopt};
         if (has_state) s.state = std::move(state);
-        self->state.inbox->frame(self->state.gen, FrameType::StreamStart, encode_stream_start(task, s));
+        self->state.inbox->stream_start(self->state.gen, task, std::move(s));
       },
       [self](fatal_atom, std::string& type, std::string& message, std::string& when, int32_t) {
-        self->state.inbox->frame(self->state.gen, FrameType::InitError, InitErrorFrame{type, message, when}.encode());
+        self->state.inbox->init_error(self->state.gen, type, message, when);
       },
   };
 }
@@ -349,8 +385,7 @@ void RemoteTransport::start(uint32_t gen) {
   inbox_->heard();
   caf::anon_send(client, open_atom::value, session);
   // Connected and authenticated: the incarnation's hello (the watchdog stops waiting).
-  Frame hello{FrameType::Hello, PidFrame{-1}.encode(), UniqueFd()};
-  events_->on_frame(worker_, gen, hello);
+  events_->on_hello(worker_, gen);
 }
 
 void RemoteTransport::stop() {
@@ -392,12 +427,7 @@ void RemoteTransport::read_bulk(std::shared_ptr<Inbox> inbox, std::shared_ptr<Un
     while (true) {
       BulkFrame f;
       if (read_bulk_frame(fd->get(), f, &pool) != ReadStatus::Ok) break;
-      if (f.type == FrameType::RemoteReply) {
-        result_msg m{f.reply.task, std::move(f.reply), -1};
-        inbox->reply(gen, m, f.before, f.after);
-      } else {
-        inbox->frame(gen, f.type, std::move(f.body));
-      }
+      inbox->bulk(gen, f);
     }
   } catch (const std::exception& e) {
     why = where + ": its bulk stream cannot be read: " + e.what();
@@ -464,38 +494,27 @@ void RemoteTransport::reset(uint32_t) {
   in_flight_.clear();
 }
 
-void RemoteTransport::prepare(std::string init) { send(FrameType::Init, std::move(init)); }
+void RemoteTransport::prepare(std::string config) { init(std::move(config)); }
 
-void RemoteTransport::send(FrameType type, std::string body) {
-  caf::actor s;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    s = session_;
-  }
-  if (!s) return;
-  switch (type) {
-    case FrameType::Init: caf::anon_send(s, init_atom::value, std::move(body)); break;
-    case FrameType::SetRng: {
-      SetRngFrame f = SetRngFrame::decode(body);
-      caf::anon_send(s, set_rng_atom::value, f.task, std::move(f.state));
-      break;
-    }
-    case FrameType::Epoch: caf::anon_send(s, epoch_atom::value); break;
-    case FrameType::TaskSeeds: {
-      const TaskSeedsFrame f = TaskSeedsFrame::decode(body);
-      caf::anon_send(s, seeds_atom::value, f.base_seed, f.task_base);
-      break;
-    }
-    case FrameType::ResumeStream: {
-      StreamResume r = decode_stream_resume(body);
-      caf::anon_send(s, resume_atom::value, r.skip, std::move(r.rng), std::move(r.state));
-      break;
-    }
-    case FrameType::Shutdown: caf::anon_send(s, bye_atom::value); break;
-    default:
-      throw RuntimeError(std::string("internal: a ") + frame_type_name(type) +
-                         " frame for a worker on another host (it shares no memory)");
-  }
+caf::actor RemoteTransport::session() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return session_;
+}
+
+void RemoteTransport::init(std::string config) { tell(init_atom::value, std::move(config)); }
+
+void RemoteTransport::set_rng(uint64_t task, std::string state) {
+  tell(set_rng_atom::value, task, std::move(state));
+}
+
+void RemoteTransport::task_seeds(const TaskSeeds& seeds) {
+  tell(seeds_atom::value, seeds.base_seed, seeds.task_base);
+}
+
+void RemoteTransport::restart_stream() { tell(epoch_atom::value); }
+
+void RemoteTransport::resume_stream(const StreamResume& r) {
+  tell(resume_atom::value, r.skip, r.rng, r.state);
 }
 
 void RemoteTransport::send_task(uint64_t task, uint64_t, const IndexBatch& indices) {

@@ -71,7 +71,11 @@ class RemoteTransport final : public HostedTransport {
 
   void reset(uint32_t gen) override;
   void prepare(std::string init) override;
-  void send(FrameType type, std::string body) override;
+  void init(std::string config) override;
+  void set_rng(uint64_t task, std::string state) override;
+  void task_seeds(const TaskSeeds& seeds) override;
+  void restart_stream() override;
+  void resume_stream(const StreamResume& resume) override;
   void send_task(uint64_t task, uint64_t slab, const IndexBatch& indices) override;
   void use_slab(uint64_t, uint64_t) override {}  // never: every batch is inline
   bool dirty() const override { return false; }
@@ -99,6 +103,14 @@ class RemoteTransport final : public HostedTransport {
   void lost(uint32_t gen, const std::string& why);
   /// The owner: shuts the bulk stream down and joins its reader.
   void end_bulk();
+  /// The incarnation's session (none when not connected).
+  caf::actor session() const;
+  /// Sends the session `xs` (nothing when not connected): the strand's way to tell the
+  /// worker something, in order with the tasks.
+  template <class... Ts>
+  void tell(Ts&&... xs) {
+    if (caf::actor s = session()) caf::anon_send(s, std::forward<Ts>(xs)...);
+  }
   /// The bulk stream's reader thread of incarnation `gen`: frames to the inbox until the
   /// stream ends, then the loss (nothing when the incarnation was stopped first).
   static void read_bulk(std::shared_ptr<Inbox> inbox, std::shared_ptr<UniqueFd> fd, uint32_t gen, std::string where);

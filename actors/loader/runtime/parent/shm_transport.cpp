@@ -8,11 +8,12 @@
 
 namespace loader::runtime {
 
-ShmTransport::ShmTransport(Link::Spec spec, IncarnationFactory make, WorkerRings& rings, SlabStore& slabs,
-                           uint64_t rng_slots)
+ShmTransport::ShmTransport(Link::Spec spec, LinkFactory make, WorkerRings& rings, SlabStore& slabs,
+                           uint64_t rng_slots, LinkEvents* events)
     : worker_(spec.worker_id),
       spec_(std::move(spec)),
       make_(std::move(make)),
+      events_(events),
       rings_(rings),
       slabs_(slabs),
       rng_slots_(rng_slots) {}
@@ -27,7 +28,7 @@ void ShmTransport::start(uint32_t gen) {
   Link::Spec spec = spec_;
   spec.generation = gen;
   stopped_ticks_ = 0;
-  link_ = make_(spec);  // throws when the worker cannot start
+  link_ = make_(spec, this);  // throws when the worker cannot start
   pid_.store(link_->pid(), std::memory_order_release);
 }
 
@@ -133,7 +134,21 @@ void ShmTransport::queue(FrameType type, std::string body, std::shared_ptr<ShmSe
   ++socket_queued_;
 }
 
-void ShmTransport::send(FrameType type, std::string body) { queue(type, std::move(body)); }
+void ShmTransport::init(std::string config) { queue(FrameType::Init, std::move(config)); }
+
+void ShmTransport::set_rng(uint64_t task, std::string state) {
+  queue(FrameType::SetRng, SetRngFrame{task, std::move(state)}.encode());
+}
+
+void ShmTransport::task_seeds(const TaskSeeds& seeds) {
+  queue(FrameType::TaskSeeds, TaskSeedsFrame{seeds.base_seed, seeds.task_base}.encode());
+}
+
+void ShmTransport::restart_stream() { queue(FrameType::Epoch, {}); }
+
+void ShmTransport::resume_stream(const StreamResume& resume) {
+  queue(FrameType::ResumeStream, encode_stream_resume(resume));
+}
 
 void ShmTransport::announce(uint64_t slab) {
   for (uint64_t id : slabs_.dropped_since(dropped_cursor_))
@@ -198,6 +213,39 @@ std::optional<std::pair<uint64_t, std::string>> ShmTransport::last_state() const
   if (!state_page_) return std::nullopt;
   return RngStatePage(state_page_->data(), state_page_->size()).last_after();
 }
+
+// ------------------------------------------------------------------ the link's reader thread
+
+void ShmTransport::on_frame(int worker, uint32_t gen, Frame& f) {
+  try {
+    switch (f.type) {
+      case FrameType::Hello: events_->on_hello(worker, gen); return;
+      case FrameType::Ready: events_->on_ready(worker, gen); return;
+      case FrameType::StreamStart: {
+        auto [task, start] = decode_stream_start(f.body);
+        events_->on_stream_start(worker, gen, task, std::move(start));
+        return;
+      }
+      case FrameType::InitError: {
+        const InitErrorFrame e = InitErrorFrame::decode(f.body);
+        events_->on_init_error(worker, gen, e.type, e.message, e.when);
+        return;
+      }
+      default: {
+        // A result on the socket (too large for the ring, or the ring was full).
+        WorkerReply r = decode_reply(static_cast<uint8_t>(f.type), f.body);
+        events_->on_result(worker, gen, std::move(r));
+        return;
+      }
+    }
+  } catch (const std::exception& e) {
+    events_->on_unreadable(worker, gen,
+                           std::string("a frame the main process cannot read (") + frame_type_name(f.type) +
+                               "): " + e.what());
+  }
+}
+
+void ShmTransport::on_down(int worker, uint32_t gen, const WorkerExit& how) { events_->on_down(worker, gen, how); }
 
 void ShmTransport::carry_state(uint64_t task, const std::string& state) {
   make_state_page();

@@ -8,8 +8,15 @@
 // DropSlab once the store let it go) and the worker's generator state page
 // (rng_state_page.h), which outlives incarnations: a restarted worker resumes from it.
 //
+// The frame protocol is this transport's own: what the worker is told becomes a frame
+// (frames.h), and each frame its link's reader brings (LinkFrames) becomes one typed
+// event for the pool (LinkEvents): hello, ready, stream_start, init_error, a result on
+// the socket, or unreadable.
+//
 // Thread use as worker_transport.h says; the frames queued for the socket are the one
-// thing both the strand (queueing) and the owner (flush) touch, under out_mu_.
+// thing both the strand (queueing) and the owner (flush) touch, under out_mu_; the
+// link's reader thread calls on_frame/on_down, which touch nothing of this object but
+// `events_` (set at construction).
 #pragma once
 
 #include <atomic>
@@ -29,14 +36,14 @@ namespace loader::runtime {
 class SlabStore;
 class WorkerRings;
 
-/// Makes one incarnation's link (a WorkerLink, or a scripted one in tests).
-using IncarnationFactory = std::function<std::unique_ptr<Link>(const Link::Spec& spec)>;
-
-class ShmTransport final : public WorkerTransport {
+class ShmTransport final : public WorkerTransport, private LinkFrames {
  public:
-  /// `rings`, `slabs` outlive the transport.  `spec`: the worker's id, mode and program
-  /// (the generation is set per start).  `rng_slots`: before-records on the state page.
-  ShmTransport(Link::Spec spec, IncarnationFactory make, WorkerRings& rings, SlabStore& slabs, uint64_t rng_slots);
+  /// `rings`, `slabs`, `events` outlive the transport.  `spec`: the worker's id, mode and
+  /// program (the generation is set per start).  `make`: each incarnation's link (a
+  /// WorkerLink, or a scripted one in tests).  `rng_slots`: before-records on the state
+  /// page.
+  ShmTransport(Link::Spec spec, LinkFactory make, WorkerRings& rings, SlabStore& slabs, uint64_t rng_slots,
+               LinkEvents* events);
   ~ShmTransport() override;
 
   bool shares_memory() const override { return true; }
@@ -50,7 +57,11 @@ class ShmTransport final : public WorkerTransport {
 
   void reset(uint32_t gen) override;
   void prepare(std::string init) override;
-  void send(FrameType type, std::string body) override;
+  void init(std::string config) override;
+  void set_rng(uint64_t task, std::string state) override;
+  void task_seeds(const TaskSeeds& seeds) override;
+  void restart_stream() override;
+  void resume_stream(const StreamResume& resume) override;
   void send_task(uint64_t task, uint64_t slab, const IndexBatch& indices) override;
   void use_slab(uint64_t task, uint64_t slab) override;
   bool dirty() const override;
@@ -72,10 +83,14 @@ class ShmTransport final : public WorkerTransport {
   void make_state_page();
   /// Strand: AddSlab for `slab` unless the incarnation has it, DropSlab for slabs gone.
   void announce(uint64_t slab);
+  /// The link's reader thread (LinkFrames): each frame as its typed event.
+  void on_frame(int worker, uint32_t gen, Frame& frame) override;
+  void on_down(int worker, uint32_t gen, const WorkerExit& how) override;
 
   const int worker_;
   Link::Spec spec_;
-  IncarnationFactory make_;
+  LinkFactory make_;
+  LinkEvents* const events_;
   WorkerRings& rings_;
   SlabStore& slabs_;
   const uint64_t rng_slots_;

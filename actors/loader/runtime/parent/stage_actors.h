@@ -3,7 +3,7 @@
 //   sampler --task_msg--> link k --(task ring / socket)--> worker actor k
 //   worker actor k --(result ring / socket)--> link k --result_msg--> reorder
 //   link k --dry--> sampler                     reorder --result_msg--> pin
-//   pin --> Handoff --> application thread (Pipeline::next) --credit--> sampler
+//   pin --> Handoff --> application thread (BatchDelivery::next) --credit--> sampler
 //
 // Each actor is a thin shell over a plain class: the sampler over SamplerStage, each
 // link over the worker stage's slot (WorkerStage: WorkerSlots), the reorder actor over

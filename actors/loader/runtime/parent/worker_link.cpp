@@ -29,7 +29,7 @@ void inject_fault(const char* point) {
 }
 }  // namespace
 
-WorkerLink::WorkerLink(const Spec& spec, LinkEvents* events)
+WorkerLink::WorkerLink(const Spec& spec, LinkFrames* events)
     : spec_(spec), events_(events) {
   if (spec_.in_process) {
     int sv[2];

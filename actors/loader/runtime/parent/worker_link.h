@@ -9,8 +9,8 @@
 //     slot's actor, one message at a time; the first start and shutdown run on the
 //     application thread, before the actors exist and after they are gone.
 //   - send(): any thread; writes are serialised by the link's write mutex.
-//   - the reader thread calls LinkEvents::on_frame for every frame, then
-//     LinkEvents::on_down exactly once when the socket breaks (unless stop() was
+//   - the reader thread calls LinkFrames::on_frame for every frame, then
+//     LinkFrames::on_down exactly once when the socket breaks (unless stop() was
 //     called first): it reaps the process itself, so it can say how it ended.
 //
 // Teardown order (stop): shut the socket down (the worker sees EOF and exits; the
@@ -32,17 +32,25 @@
 #include "loader/runtime/os/child_process.h"
 #include "loader/runtime/os/oom.h"
 #include "loader/runtime/wire.h"
-#include "loader/runtime/parent/worker_transport.h"
 #include "loader/runtime/worker_exit.h"
 
 namespace loader::runtime {
 
-/// One incarnation of a worker as the pipeline sees it: frames out (`send`), events in
-/// (LinkEvents, on a thread of the link's own), teardown.  WorkerLink below is the
+/// What a local link's reader thread reports: every frame the worker wrote on its
+/// socket, then how the incarnation ended.  Implemented by ShmTransport, which decodes
+/// the frames into the pool's LinkEvents.  On the link's reader thread.
+class LinkFrames {
+ public:
+  virtual ~LinkFrames() = default;
+  virtual void on_frame(int worker, uint32_t gen, Frame& frame) = 0;
+  virtual void on_down(int worker, uint32_t gen, const WorkerExit& how) = 0;
+};
+
+/// One incarnation of a worker as the pipeline sees it: frames out (`send`), frames in
+/// (LinkFrames, on a thread of the link's own), teardown.  WorkerLink below is the
 /// local one; the pipeline makes its links through a LinkFactory, so another kind plugs
 /// in without a change to the pipeline: the scripted links of the pipeline's
-/// deterministic tests (pipeline_test.cpp), and a worker on another host (a link
-/// whose frames travel over the network, batches inline) in time.
+/// deterministic tests (pipeline_test.cpp).
 class Link {
  public:
   struct Spec {
@@ -71,8 +79,9 @@ class Link {
 };
 
 /// Makes the link of one incarnation; throws RuntimeError when the worker cannot start.
-/// `events` outlives the link.  Called by the pipeline (application thread or the worker's actor).
-using LinkFactory = std::function<std::unique_ptr<Link>(const Link::Spec& spec, LinkEvents* events)>;
+/// `frames` outlives the link.  Called by worker k's ShmTransport, on its owner (the
+/// application thread or slot actor k).
+using LinkFactory = std::function<std::unique_ptr<Link>(const Link::Spec& spec, LinkFrames* frames)>;
 
 /// The local link: a child process (or a thread), its socket and its reader thread.
 class WorkerLink final : public Link {
@@ -80,8 +89,8 @@ class WorkerLink final : public Link {
   using Spec = Link::Spec;
 
   /// Starts the worker and its reader.  Throws RuntimeError when it cannot start.
-  /// `events` must outlive the link (the pipeline owns its links).
-  WorkerLink(const Spec& spec, LinkEvents* events);
+  /// `frames` must outlive the link (its transport owns it).
+  WorkerLink(const Spec& spec, LinkFrames* frames);
   ~WorkerLink() override;
   WorkerLink(const WorkerLink&) = delete;
   WorkerLink& operator=(const WorkerLink&) = delete;
@@ -105,7 +114,7 @@ class WorkerLink final : public Link {
   WorkerExit with_oom_evidence(WorkerExit how) const;
 
   Spec spec_;
-  LinkEvents* events_;
+  LinkFrames* events_;
   ChildProcess child_;           // process workers
   int sock_ = -1;                // our end (the child's socket, or pair_[0] for threads); not owned
   UniqueFd pair_[2];             // in-process: the socketpair (ours, the worker thread's)

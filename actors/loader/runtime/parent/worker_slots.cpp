@@ -45,7 +45,7 @@ void WorkerSlots::attach(int w, uint32_t gen, int pid, std::string init) {
   s.transport->prepare(std::move(init));
   // A worker restarted mid-epoch seeds the tasks it is re-sent as the epoch began (its
   // Init names the pool's first epoch's seeds; persistent workers' epochs move on).
-  if (task_seeds_) s.transport->send(FrameType::TaskSeeds, *task_seeds_);
+  if (task_seeds_) s.transport->task_seeds(*task_seeds_);
 }
 
 bool WorkerSlots::accepting(int w) const {
@@ -80,7 +80,7 @@ void WorkerSlots::renew(int w, uint64_t first_task, std::string init) {
   s.resume_rng.reset();  // a fresh generator from the new configuration
   if (s.life.parked()) return;  // its next incarnation's Init is the new configuration
   s.renewed = true;
-  s.transport->send(FrameType::Init, std::move(init));
+  s.transport->init(std::move(init));
 }
 
 bool WorkerSlots::park(int w) {
@@ -164,7 +164,7 @@ void WorkerSlots::resend_held(int w, bool moved) {
   // The random stream resumes where the first unfinished task began.
   if (!s.life.held().empty()) {
     const uint64_t first = s.life.held().begin()->first;
-    if (auto state = state_before(w, first)) s.transport->send(FrameType::SetRng, SetRngFrame{first, *state}.encode());
+    if (auto state = state_before(w, first)) s.transport->set_rng(first, std::move(*state));
   }
   if (moved && s.life.held().empty() && !s.resume_rng) {
     if (auto last = s.transport->last_state(); last && last->first >= s.rng_floor) s.resume_rng = last->second;
@@ -238,8 +238,6 @@ void WorkerSlots::release_all(int w) {
 
 // ------------------------------------------------------------------ frames out
 
-void WorkerSlots::send(int w, FrameType type, std::string body) { at(w).transport->send(type, std::move(body)); }
-
 std::vector<int> WorkerSlots::dirty() const {
   std::vector<int> out;
   for (size_t w = 0; w < slots_.size(); ++w)
@@ -262,7 +260,7 @@ void WorkerSlots::take_task(int worker, task_msg& task) {
   if (s.resume_rng) {
     // A resumed epoch: this worker's random stream goes on from the checkpoint's state
     // (the worker reads the socket frames queued before a task first).
-    s.transport->send(FrameType::SetRng, SetRngFrame{id, *s.resume_rng}.encode());
+    s.transport->set_rng(id, *s.resume_rng);
     s.resume_sent.emplace(id, std::move(*s.resume_rng));
     s.resume_rng.reset();
   }

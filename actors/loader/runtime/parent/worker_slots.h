@@ -109,10 +109,10 @@ class WorkerSlots final : public WorkerStage {
   /// `first_task` (a kept pool re-initialised: its stream starts anew).  A parked worker
   /// gets it when it starts again (its stream then starts from the configuration).
   void renew(int w, uint64_t first_task, std::string init);
-  /// WorkerSeeding::PerTask: the body of the current epoch's TaskSeeds frame (base_seed,
-  /// task_base), which every later incarnation gets after its Init.
-  void set_task_seeds(std::string body) { task_seeds_ = std::move(body); }
-  const std::optional<std::string>& task_seeds() const { return task_seeds_; }
+  /// WorkerSeeding::PerTask: the current epoch's task seeds (base_seed, task_base), which
+  /// every later incarnation gets after its Init.
+  void set_task_seeds(const TaskSeeds& seeds) { task_seeds_ = seeds; }
+  const std::optional<TaskSeeds>& task_seeds() const { return task_seeds_; }
   /// After a restart: slabs of other epochs' tasks come back, the generator goes back
   /// to where the first unfinished task began, and every held task goes out again.
   /// `moved`: the slot moved to another transport (a lost host); holding nothing, its
@@ -141,9 +141,13 @@ class WorkerSlots final : public WorkerStage {
   /// How worker `w`'s stream of the epoch beginning at `first_task` began (none yet: nullopt).
   std::optional<StreamStart> stream_start(int w, uint64_t first_task) const;
 
-  // ---- frames to the workers
-  /// A frame to worker `w`, in order with its tasks.
-  void send(int w, FrameType type, std::string body);
+  // ---- what the workers are told, in order with their tasks
+  /// Worker `w`'s iterable stream starts anew (persistent workers, a new epoch).
+  void restart_stream(int w) { at(w).transport->restart_stream(); }
+  /// Worker `w`'s iterable stream begins from a checkpoint's state.
+  void resume_stream(int w, const StreamResume& resume) { at(w).transport->resume_stream(resume); }
+  /// Worker `w` gets the epoch's task seeds (set_task_seeds).  REQUIRES: task_seeds().
+  void send_task_seeds(int w) { at(w).transport->task_seeds(*task_seeds_); }
   /// Workers with frames waiting for their transport's flush.
   std::vector<int> dirty() const;
 
@@ -218,7 +222,7 @@ class WorkerSlots final : public WorkerStage {
   std::string executable_;
   uint64_t epoch_ = 0;
   bool closed_ = false;
-  std::optional<std::string> task_seeds_;
+  std::optional<TaskSeeds> task_seeds_;
 };
 
 }  // namespace loader::runtime

@@ -6,9 +6,15 @@
 //   ShmTransport     (shm_transport.h) a local child process or thread: tasks and
 //                    results in the pool's shared-memory rings, batches in slabs, the
 //                    frames with a descriptor on a Unix socket, the generator state page.
-//   a remote one     a worker actor on another host over CAF's network layer: no shared
-//                    memory, so every batch comes back inline (kInlineSlab) and the
-//                    generator states come back with the results.
+//   RemoteTransport  (remote_transport.h) a worker actor on another host over CAF's
+//                    network layer: no shared memory, so every batch comes back inline
+//                    (kInlineSlab) and the generator states come back with the results.
+//
+// The seam is typed both ways: what the worker is told (a task, init, set_rng,
+// task_seeds, restart_stream, resume_stream, say_shutdown) and what it reports
+// (LinkEvents: hello, ready, stream_start, init_error, result, unreadable, down).  The
+// frame protocol (wire.h, frames.h) is ShmTransport's own: it encodes the one and
+// decodes the other; RemoteTransport sends CAF messages and reads its bulk stream.
 //
 // A slot uses one transport at a time (its home one; a remote slot whose host was lost
 // uses another host's or a local stand-in until a later epoch takes it home: the pool,
@@ -30,8 +36,8 @@
 #include <optional>
 #include <string>
 
+#include "loader/runtime/epoch.h"  // StreamStart, StreamResume
 #include "loader/runtime/protocol.h"
-#include "loader/runtime/wire.h"
 #include "loader/runtime/worker_exit.h"
 #include "loader/sampler.h"
 
@@ -39,17 +45,35 @@ namespace loader::runtime {
 
 struct HostPort;  // remote_protocol.h
 
-/// What a transport reports; implemented by the pool (Pipeline).  On the transport's own
-/// thread (a local link's reader), never on the strand.
+/// WorkerSeeding::PerTask: task t of the epoch is seeded task_seed(base_seed, t - task_base).
+struct TaskSeeds {
+  uint64_t base_seed = 0;
+  uint64_t task_base = 0;
+};
+
+/// What a transport reports of incarnation `gen` of worker `worker`, typed: how it
+/// travelled (a frame on a socket, a CAF message, a bulk-stream frame) is the transport's
+/// business.  Implemented by the pool (Pipeline).  On the transport's own thread (a
+/// local link's reader, a remote one's client actor or bulk reader), never on the strand.
 class LinkEvents {
  public:
   virtual ~LinkEvents() = default;
-  /// A frame of incarnation `gen` of worker `worker` (hello, ready, an error, a result
-  /// that did not travel in a ring).
-  virtual void on_frame(int worker, uint32_t gen, Frame& frame) = 0;
-  /// A reply of incarnation `gen` that came as a message, not a frame (a worker on
-  /// another host: its batch inline).
-  virtual void on_reply(int worker, uint32_t gen, WorkerReply&& reply) = 0;
+  /// The incarnation is up: a local process said hello, a remote session is open.
+  virtual void on_hello(int worker, uint32_t gen) = 0;
+  /// It finished its start-up (its dataset built, worker_init_fn run).
+  virtual void on_ready(int worker, uint32_t gen) = 0;
+  /// Its iterable stream answering `task` began (its generator state, and the stream's
+  /// state() when the dataset has state hooks).
+  virtual void on_stream_start(int worker, uint32_t gen, uint64_t task, StreamStart start) = 0;
+  /// It cannot start or go on: `type`, `message` of the error, and `when` it failed
+  /// (empty: to start; "to restart its stream", ...).
+  virtual void on_init_error(int worker, uint32_t gen, const std::string& type, const std::string& message,
+                             const std::string& when) = 0;
+  /// It answered a task (a batch, a sample's error, a larger slab needed, the end of its
+  /// stream) other than through the result ring.
+  virtual void on_result(int worker, uint32_t gen, WorkerReply&& reply) = 0;
+  /// It sent what the main process cannot read (`what`: "a frame ... (Type): why"): it fails.
+  virtual void on_unreadable(int worker, uint32_t gen, const std::string& what) = 0;
   /// The incarnation is gone; `how` says how (a local process is reaped already).
   virtual void on_down(int worker, uint32_t gen, const WorkerExit& how) = 0;
 };
@@ -93,8 +117,17 @@ class WorkerTransport {
   /// Queues the incarnation's first frames: the transport's own (state page, rings),
   /// then the configuration `init` (an encoded WorkerConfig).
   virtual void prepare(std::string init) = 0;
-  /// Queues a frame (SetRng, Init, Epoch, TaskSeeds, ResumeStream), in order with tasks.
-  virtual void send(FrameType type, std::string body) = 0;
+  // What the worker is told, each in order with the tasks sent before and after it:
+  /// A new configuration `config` (an encoded WorkerConfig: a kept pool re-initialised).
+  virtual void init(std::string config) = 0;
+  /// Its generator goes to `state`, the state task `task` began from (a restart).
+  virtual void set_rng(uint64_t task, std::string state) = 0;
+  /// WorkerSeeding::PerTask: how this epoch's tasks are seeded.
+  virtual void task_seeds(const TaskSeeds& seeds) = 0;
+  /// A persistent worker's iterable stream starts anew (a new epoch).
+  virtual void restart_stream() = 0;
+  /// Its iterable stream begins from a checkpoint's state instead.
+  virtual void resume_stream(const StreamResume& resume) = 0;
   /// Task `task`, the batch into `slab` (kInlineSlab: in the reply), after every frame
   /// sent before it.
   virtual void send_task(uint64_t task, uint64_t slab, const IndexBatch& indices) = 0;
