@@ -11,6 +11,7 @@
 #include "loader/fetch.h"
 #include "loader/runtime/checkpoint.h"
 #include "loader/runtime/epoch.h"
+#include "loader/runtime/epoch_planner.h"
 #include "loader/runtime/parent/autotuner.h"
 #include "loader/samplers.h"
 #include "loader/warnings.h"
@@ -317,46 +318,88 @@ DataLoader::Iterator DataLoader::iter() {
   return iter_from(plan, streams);
 }
 
+namespace {
+/// What the epoch planner needs of the loader, read as iter() begins.
+EpochSettings epoch_settings(const LoaderState& s) {
+  EpochSettings e;
+  e.pool_workers = s.options.pool_workers();
+  e.persistent_workers = s.options.persistent_workers;
+  e.worker_seeding = s.options.worker_seeding;
+  if (e.pool_workers > 0) e.persistent_seed = runtime::persistent_base_seed(s);
+  e.iterable = static_cast<bool>(s.iterable);
+  return e;
+}
+
+/// The epoch's base_seed: drawn from the loader's generator when `planner` says so (a
+/// replay's draw checked against the checkpointed epoch's), else the one it gives.
+uint64_t take_base_seed(const EpochPlanner& planner, LoaderState& s) {
+  const SeedPlan seed = planner.seed();
+  if (!seed.draw) return seed.value;
+  const auto drawn = static_cast<uint64_t>(s.generator().random_int64());
+  planner.check_drawn(drawn);
+  return drawn;
+}
+
+/// What the replay of an unfinished checkpointed epoch checks (its hashes and marks,
+/// and the samplers' types for a refusal); nothing for another epoch.
+ReplayCheck replay_check(const std::optional<ResumePlan>& plan, const LoaderState& s) {
+  ReplayCheck check;
+  if (plan && !plan->finished) {
+    check = plan->check;
+    check.differs = samplers_differ(*plan, s);
+  }
+  return check;
+}
+
+/// Replayed result `count` (counting from 1) of `replay` against the checkpoint's hashes:
+/// checked where the checkpoint has a mark (the first 16, then powers of two: the first
+/// that differs, or the range it lies in) and at the last; ValueError when it differs.
+void verify_replayed(const ReplayCheck& check, const HashChain& hashes, uint64_t count, uint64_t replay) {
+  if (!check.hash) return;
+  const std::optional<uint64_t> want = count == replay ? check.hash : check.at(count);
+  if (!want || hashes.at(count) == want) return;
+  uint64_t low = 0;  // the last mark below `count`, which matched
+  for (const auto& m : check.marks)
+    if (m.first < count) low = std::max(low, m.first);
+  throw ValueError(
+      "DataLoader.load_state_dict: replaying the checkpointed epoch of the IterableDataset, " +
+      (low + 1 == count ? "its result " + std::to_string(count)
+                        : "one of its results " + std::to_string(low + 1) + ".." + std::to_string(count)) +
+      " (counting from 1) differs from the checkpointed iterator's (shapes, dtypes, first and last 64 bytes): the "
+      "dataset's stream is not the one checkpointed (other data, or another dataset)");
+}
+}  // namespace
+
 DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan,
                                            const std::vector<RandomStream>& streams) {
   auto& s = *state_;
-  // A resumed epoch replays its draws from where the streams stood as it began; after a
-  // finished epoch, the next one starts from where they stood at the checkpoint, with
-  // the per-epoch settings the program made for it (DistributedSampler::set_epoch).
-  if (plan) load_streams(streams, plan->finished ? plan->streams_now : plan->streams_at_start,
-                         plan->finished ? "the checkpoint" : "the epoch's start", !plan->finished);
+  const EpochPlanner planner(plan ? &*plan : nullptr, epoch_settings(s));
+  // The streams as the checkpointed epoch began (or at a finished one's checkpoint),
+  // noted before the epoch's first draw, which is its base_seed.
+  if (const std::optional<StreamLoad> load = planner.start_streams())
+    load_streams(streams, *load->states, load->what, load->settings_too);
   Iterator::Start start;
   start.streams = save_streams(streams);
+  start.base_seed = take_base_seed(planner, s);
+  start.base_seed_drawn = planner.seed().draw;
+  // The tasks, the position resumed in them and the streams as at the checkpoint.
+  std::optional<TaskSource> source = epoch_source(start);
+  const ReplayCheck check = replay_check(plan, s);
+  EpochPlan p = planner.plan();
+  resume_position(plan, p, source, check, streams, start);
+  // The epoch, counting what the resumed streams pass as given out, then an iterable
+  // epoch's results replayed.
+  choose_epoch_mode(p.mid_epoch, start);
+  std::unique_ptr<EpochBackend> backend = epoch_backend(std::move(source), p, start);
+  Iterator it(std::move(backend), state_, std::move(start));
+  it.yielded_ = static_cast<int64_t>(it.start_.consumed + p.passed);
+  it.taken_ = p.passed;
+  replay(it, check, p.replay);
+  return it;
+}
 
-  // base_seed: drawn at every iter(), also with 0 workers, as PyTorch does; persistent
-  // workers draw it once, when they are created.
-  const std::optional<uint64_t> persistent_seed =
-      s.options.pool_workers() > 0 ? runtime::persistent_base_seed(s) : std::nullopt;
-  // A resumed epoch draws what the checkpointed one drew, so that the sampler's draws
-  // that follow are the same; a finished one's next epoch draws as that loader would have.
-  // WorkerSeeding::PerTask draws it at every iter(), persistent workers included: it
-  // seeds the epoch's tasks (the workers keep the seeds they started with).
-  const bool per_task = s.options.worker_seeding == WorkerSeeding::PerTask && s.options.pool_workers() > 0;
-  bool draw = !persistent_seed || per_task;
-  if (plan && !plan->finished) draw = plan->base_seed_drawn;
-  else if (plan && plan->same_workers && s.options.pool_workers() > 0) draw = !plan->pool_alive || per_task;
-  uint64_t base_seed = 0;
-  if (draw) {
-    base_seed = static_cast<uint64_t>(s.generator().random_int64());
-    if (plan && !plan->finished && plan->same_workers && s.options.pool_workers() > 0 && base_seed != plan->base_seed)
-      throw ValueError(
-          "DataLoader.load_state_dict: replaying the checkpointed epoch drew base_seed " + std::to_string(base_seed) +
-          " where the epoch had drawn " + std::to_string(plan->base_seed) +
-          ": this loader draws from other generators than the one checkpointed (build it with the same generator and "
-          "sampler options)");
-  } else {
-    base_seed = plan && (!plan->finished || plan->same_workers) ? plan->base_seed
-                : persistent_seed                               ? *persistent_seed
-                                                                : 0;
-  }
-  start.base_seed = base_seed;
-  start.base_seed_drawn = draw;
-
+std::optional<TaskSource> DataLoader::epoch_source(Iterator::Start& start) {
+  auto& s = *state_;
   std::optional<TaskSource> source;
   if (s.dataset && s.elastic_pass) {
     // This pass only: the stripe, batched as the loader's BatchSampler would (the
@@ -374,125 +417,66 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
   } else {
     start.hashes = std::make_shared<HashChain>();
   }
-  ReplayCheck check;
-  if (plan && !plan->finished) {
-    check = plan->check;
-    check.differs = samplers_differ(*plan, s);
-  }
-  EpochResume resume;
-  uint64_t replay = 0;  // an iterable epoch: batches to take again and drop
-  std::optional<StreamResume> main_stream;  // ... with state hooks and no workers: the loader's stream
   if (s.iterable) start.stream_hooks = s.iterable->state().has_value();
-  if (plan && !plan->finished && s.iterable && !plan->stream_states.empty()) {
-    // State hooks: each stream (each worker's, in that worker) loads the state it began
-    // from, makes its stream again and passes the results the checkpointed iterator had
-    // taken of it; nothing comes to this process again.  The round robin goes on at the
-    // stream whose result came next.  decode_checkpoint checked that this dataset has
-    // the hooks and that there is a stream per worker.
-    for (size_t w = 0; w < plan->stream_states.size(); ++w) {
-      StreamResume r;
-      r.state = plan->stream_states[w];
-      r.skip = plan->stream_taken[w];
-      if (s.options.pool_workers() > 0) r.rng = *plan->worker_rng[w];
-      if (s.options.pool_workers() > 0) resume.streams.push_back(std::move(r));
-      else main_stream = std::move(r);
-    }
-    resume.first_worker = plan->stream_next;
-    start.stream_taken_before = plan->stream_taken;
-    start.hashes->restart_at(plan->consumed, plan->check.hash, plan->check.marks);
-  } else if (plan && !plan->finished && s.iterable) {
-    // An IterableDataset's position lives in its own stream: the epoch runs again from
-    // its start, with each worker's generator where it stood as the epoch began, and the
-    // batches the checkpointed iterator had given out are dropped.
-    resume.worker_rng = plan->worker_rng;
-    replay = plan->consumed;
-  } else if (plan && !plan->finished) {
-    // A sampler that had run out is asked once more now, before the checkpoint's
-    // streams are loaded: the draws it makes as its pass ends are in those streams
-    // already, and asked again later (at the epoch's end) it draws nothing.
-    // An in_order=false checkpoint's batches above the first one not delivered that the
-    // application had are drawn again (the sampler's draws) and not sent.
-    const std::vector<uint64_t>* delivered = plan->delivered_above.empty() ? nullptr : &plan->delivered_above;
-    if (source) source->fast_forward(plan->consumed, plan->sampled, plan->exhausted, &check, delivered);
-    load_streams(streams, plan->streams_now, "the checkpoint");
-    start.consumed = plan->consumed;
-    start.pending = plan->sampled - plan->consumed - plan->delivered_above.size();
-    if (delivered) {
-      start.remapped = true;
-      start.delivered_above = plan->delivered_above;
-      start.sampled = plan->sampled;
-      size_t d = 0;
-      for (uint64_t k = plan->consumed; k < plan->sampled; ++k) {
-        if (d < delivered->size() && (*delivered)[d] == k) ++d;
-        else start.pending_original.push_back(k);
-      }
-    }
-    start.exhausted = plan->exhausted;
-    resume.consumed = plan->consumed;
-    resume.worker_rng = plan->worker_rng;
-  } else if (plan && plan->pool_alive) {
-    resume.worker_rng = plan->worker_rng;  // persistent workers' streams go on
-  } else if (plan && s.options.persistent_workers && s.options.pool_workers() > 0) {
-    // A state taken while no persistent pool ran (before the loader's first epoch):
-    // the next epoch's workers start as their Init leaves them, as they did then.  A
-    // pool running now (its streams moved on by the epochs since, maybe in the middle
-    // of a live iterator's epoch) is replaced (MultiProcessEpoch: fresh_workers()).
-    resume.worker_rng.assign(static_cast<size_t>(s.options.pool_workers()), std::nullopt);
-  }
-  if (s.iterable && s.options.pool_workers() > 0) {
-    if (!resume.worker_rng.empty()) {
-      start.iterable_rng = resume.worker_rng;  // each worker gets that state, or new workers their Init's
-      start.iterable_rng->resize(static_cast<size_t>(s.options.pool_workers()));
-    } else if (!persistent_seed) {
-      start.iterable_rng.emplace(static_cast<size_t>(s.options.pool_workers()));  // new or re-initialised workers
-    }
-  }
-  const uint64_t passed = main_stream || !resume.streams.empty() ? plan->consumed : 0;  // by the streams themselves
+  return source;
+}
+
+void DataLoader::resume_position(const std::optional<ResumePlan>& plan, EpochPlan& p,
+                                 std::optional<TaskSource>& source, const ReplayCheck& check,
+                                 const std::vector<RandomStream>& streams, Iterator::Start& start) {
+  if (p.hashes_restart_at) start.hashes->restart_at(*p.hashes_restart_at, plan->check.hash, plan->check.marks);
+  if (p.fast_forward && source)
+    source->fast_forward(p.fast_forward->consumed, p.fast_forward->sampled, p.fast_forward->exhausted, &check,
+                         p.fast_forward->delivered);
+  if (p.load_at_checkpoint)
+    load_streams(streams, *p.load_at_checkpoint->states, p.load_at_checkpoint->what,
+                 p.load_at_checkpoint->settings_too);
+  StartPosition& at = p.start;
+  start.consumed = at.consumed;
+  start.pending = at.pending;
+  start.delivered_above = std::move(at.delivered_above);
+  start.sampled = at.sampled;
+  start.pending_original = std::move(at.pending_original);
+  start.remapped = at.remapped;
+  start.exhausted = at.exhausted;
+  start.stream_taken_before = std::move(at.stream_taken_before);
+  start.iterable_rng = std::move(at.iterable_rng);
+}
+
+void DataLoader::choose_epoch_mode(bool mid_epoch, Iterator::Start& start) {
   // num_workers = auto: a map-style epoch may load in this thread when that costs less
   // per batch (a resumed epoch goes to the pool: the checkpoint's worker states are its).
+  auto& s = *state_;
   start.autotuned = s.auto_workers;
-  if (s.auto_workers && s.dataset && !(plan && !plan->finished)) {
-    std::string why;
-    start.inline_auto = s.epoch_mode->next_inline(&why);
-    const int pool_now = s.tuned_workers > 0 ? s.tuned_workers : s.options.pool_workers();
-    const int prefetch_now = s.tuned_prefetch > 0 ? s.tuned_prefetch : s.options.effective_prefetch_factor();
-    const bool was_inline = !s.epoch_stats.empty() && s.epoch_stats.back().autotuned &&
-                            s.epoch_stats.back().workers_now == 0;
-    if (start.inline_auto != was_inline && !why.empty())
-      start.mode_decision = EpochStats::TuneDecision{0.0, was_inline ? 0 : pool_now, start.inline_auto ? 0 : pool_now,
-                                                     was_inline ? 0 : prefetch_now,
-                                                     start.inline_auto ? 0 : prefetch_now, "between epochs: " + why};
-  }
-  std::unique_ptr<EpochBackend> backend;
+  if (!s.auto_workers || !s.dataset || mid_epoch) return;
+  std::string why;
+  start.inline_auto = s.epoch_mode->next_inline(&why);
+  const int pool_now = s.tuned_workers > 0 ? s.tuned_workers : s.options.pool_workers();
+  const int prefetch_now = s.tuned_prefetch > 0 ? s.tuned_prefetch : s.options.effective_prefetch_factor();
+  const bool was_inline =
+      !s.epoch_stats.empty() && s.epoch_stats.back().autotuned && s.epoch_stats.back().workers_now == 0;
+  if (start.inline_auto != was_inline && !why.empty())
+    start.mode_decision = EpochStats::TuneDecision{0.0, was_inline ? 0 : pool_now, start.inline_auto ? 0 : pool_now,
+                                                   was_inline ? 0 : prefetch_now, start.inline_auto ? 0 : prefetch_now,
+                                                   "between epochs: " + why};
+}
+
+std::unique_ptr<EpochBackend> DataLoader::epoch_backend(std::optional<TaskSource> source, EpochPlan& p,
+                                                        const Iterator::Start& start) {
+  auto& s = *state_;
   if (s.options.pool_workers() == 0 || start.inline_auto)
-    backend = make_single_process_epoch(s, std::move(source), base_seed, start.consumed, std::move(main_stream));
-  else backend = runtime::make_multi_process_epoch(state_, base_seed, std::move(source), std::move(resume));
-  Iterator it(std::move(backend), state_, std::move(start));
-  it.yielded_ = static_cast<int64_t>(it.start_.consumed + passed);
-  it.taken_ = passed;
-  // Each result replayed (a batch error too) is checked where the checkpoint has a mark
-  // (the first 16, then powers of two: the first that differs, or the range it lies in)
-  // and at the last.
-  auto verify = [&](uint64_t count) {
-    if (!check.hash) return;
-    const std::optional<uint64_t> want = count == replay ? check.hash : check.at(count);
-    if (!want || it.start_.hashes->at(count) == want) return;
-    uint64_t low = 0;  // the last mark below `count`, which matched
-    for (const auto& m : check.marks)
-      if (m.first < count) low = std::max(low, m.first);
-    throw ValueError(
-        "DataLoader.load_state_dict: replaying the checkpointed epoch of the IterableDataset, " +
-        (low + 1 == count ? "its result " + std::to_string(count)
-                          : "one of its results " + std::to_string(low + 1) + ".." + std::to_string(count)) +
-        " (counting from 1) differs from the checkpointed iterator's (shapes, dtypes, first and last 64 bytes): the "
-        "dataset's stream is not the one checkpointed (other data, or another dataset)");
-  };
-  if (replay > 0)
-    warn("DataLoader: resuming the IterableDataset " +
-         s.iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type + " mid-epoch replays its first " +
-         std::to_string(replay) + " result(s) (its stream runs again from the epoch's start and they are dropped): "
-         "an IterableDataset has no position the checkpoint can save");
-  for (uint64_t k = 0; k < replay; ++k) {
+    return make_single_process_epoch(s, std::move(source), start.base_seed, start.consumed, std::move(p.main_stream));
+  return runtime::make_multi_process_epoch(state_, start.base_seed, std::move(source), std::move(p.resume));
+}
+
+void DataLoader::replay(Iterator& it, const ReplayCheck& check, uint64_t count) {
+  if (count == 0) return;
+  warn("DataLoader: resuming the IterableDataset " +
+       it.state_->iterable->handle().value_or(DatasetHandle{"IterableDataset", {}}).type +
+       " mid-epoch replays its first " + std::to_string(count) +
+       " result(s) (its stream runs again from the epoch's start and they are dropped): "
+       "an IterableDataset has no position the checkpoint can save");
+  for (uint64_t k = 0; k < count; ++k) {
     std::optional<Value> batch;
     try {
       batch = it.next();
@@ -500,17 +484,16 @@ DataLoader::Iterator DataLoader::iter_from(const std::optional<ResumePlan>& plan
       // A batch that failed was given to the checkpointed iterator as this error too;
       // an error that ended the epoch (a worker that died, a timeout) ends the resume.
       if (!it.backend_ || it.backend_->finished()) throw;
-      verify(k + 1);
+      verify_replayed(check, *it.start_.hashes, k + 1, count);
       continue;
     }
     if (!batch)
       throw ValueError("DataLoader.load_state_dict: replaying the checkpointed epoch of the IterableDataset, its stream "
                        "ended after " + std::to_string(k) + " batches, where the checkpointed iterator had given out " +
-                       std::to_string(replay) +
+                       std::to_string(count) +
                        ": the dataset's stream is not the one checkpointed (other data, or another dataset)");
-    verify(k + 1);
+    verify_replayed(check, *it.start_.hashes, k + 1, count);
   }
-  return it;
 }
 
 Value DataLoader::state_dict() const {

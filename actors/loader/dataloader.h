@@ -42,6 +42,9 @@ class LoaderState;   // what the loader shares with its epochs
 struct EpochPosition;
 struct ResumePlan;
 class HashChain;     // hashes of what an epoch handed out (verified replay)
+class TaskSource;    // a map-style epoch's index batches
+struct ReplayCheck;  // what the replay of a checkpointed epoch checks
+struct EpochPlan;    // what an epoch resumes (runtime/epoch_planner.h)
 
 class DataLoader {
  public:
@@ -268,8 +271,29 @@ class DataLoader {
   PinStatus pin_memory_status() const;
 
  private:
-  /// iter(), resuming `plan` when there is one, with the loader's random streams.
+  /// iter(), resuming `plan` when there is one, with the loader's random streams: the
+  /// steps below, in this order, as an EpochPlanner (runtime/epoch_planner.h) plans them.
+  /// All run in the application thread (the one that calls iter()).
   Iterator iter_from(const std::optional<ResumePlan>& plan, const std::vector<RandomStream>& streams);
+  /// A map-style dataset's index stream for the epoch (an elastic checkpoint's stripe,
+  /// this pass only, or the samplers'), with its hashes and whether an IterableDataset
+  /// has state hooks (its state() now) into `start`.
+  std::optional<TaskSource> epoch_source(Iterator::Start& start);
+  /// The position `p` resumes: the hashes restarted, the TaskSource fast-forwarded and
+  /// the streams loaded as at the checkpoint; p.start moved into `start`.
+  static void resume_position(const std::optional<ResumePlan>& plan, EpochPlan& p, std::optional<TaskSource>& source,
+                              const ReplayCheck& check, const std::vector<RandomStream>& streams,
+                              Iterator::Start& start);
+  /// num_workers = auto: whether the epoch loads in this thread or with the pool, into
+  /// `start` (a `mid_epoch` resume goes to the pool).
+  void choose_epoch_mode(bool mid_epoch, Iterator::Start& start);
+  /// The epoch: single-process (0 workers, or inline by the autotuner) or with the
+  /// workers, from p.main_stream or p.resume (moved out of `p`).
+  std::unique_ptr<EpochBackend> epoch_backend(std::optional<TaskSource> source, EpochPlan& p,
+                                              const Iterator::Start& start);
+  /// An IterableDataset without state hooks resumed mid-epoch: takes its first `count`
+  /// results again from `it` and drops them, each checked against `check`.
+  static void replay(Iterator& it, const ReplayCheck& check, uint64_t count);
   std::shared_ptr<LoaderState> state_;
 };
 
