@@ -19,6 +19,7 @@
 #include "loader/runtime/parent/pin_actor.h"
 #include "loader/runtime/parent/reorder_actor.h"
 #include "loader/runtime/parent/sampler_actor.h"
+#include "loader/runtime/parent/stage_actors.h"
 #include "loader/error.h"
 #include "loader/samplers.h"
 
@@ -332,6 +333,79 @@ TEST_F(StageActorTest, ThePinActorHandsOverWhatItReceivesInOrder) {
   ASSERT_TRUE(second);
   EXPECT_EQ(second->result.batch.error_type, "ValueError");
   EXPECT_EQ(handoff.taken(), 2u);
+}
+
+// ---------------------------------------------------------------- the whole graph on its strand
+
+/// StageActors: the sampler, two links, the reorder and the pin actor of one pool, run
+/// by the strand (no scheduler step: everything runs in run(), on this thread).
+class StageActorsTest : public ::testing::Test {
+ protected:
+  StageActorsTest() : sys_(deterministic_config()), stages_(sys_, 2, stage_, stage_, nullptr) {}
+  ~StageActorsTest() override {
+    const auto lock = stages_.enter();
+    stages_.stop();
+  }
+  /// An epoch of `n` batches of 1, prefetch 1 per worker, begun as the pool begins one.
+  void begin(int64_t n) {
+    const auto lock = stages_.enter();
+    std::vector<int64_t> idx = iota(n);
+    stages_.sampling().begin(TaskSource(std::make_shared<BatchSampler>(idx, 1, false), nullptr), false,
+                             TaskDispatcher(2, 1, 0, true, 0));
+    stages_.reordering().reset(0, true);
+    stages_.handoff().restart(0);
+    stages_.send(stages_.sampler(), dispatch_atom::value, int32_t{100});
+    stages_.run();
+  }
+  caf::actor_system sys_;
+  FakeWorkerStage stage_;
+  StageActors stages_;
+};
+
+TEST_F(StageActorsTest, TasksReachTheLinksOnTheStrandAndResultsReachTheHandoffInTaskOrder) {
+  begin(6);
+  EXPECT_EQ(stage_.taken, (std::vector<std::string>{"worker 0 task 0", "worker 1 task 1"}));
+  {
+    const auto lock = stages_.enter();
+    stages_.deliver(1, result(1, 1));  // a result of worker 1, from its transport
+    stages_.run();
+    EXPECT_TRUE(stages_.handoff().empty()) << "task 0 comes first";
+    stages_.deliver(0, result(0, 0));
+    stages_.run();
+    ASSERT_EQ(stages_.handoff().size(), 2u);
+    EXPECT_EQ(stages_.handoff().front_task(), 0u);
+    // The application takes task 0: its credit back, worker 0's next task goes out.
+    auto taken = stages_.handoff().take();
+    ASSERT_TRUE(taken);
+    stages_.send(stages_.sampler(), credit_atom::value, int32_t{0}, uint64_t{0});
+    stages_.run();
+  }
+  EXPECT_EQ(stage_.taken.back(), "worker 0 task 2");
+  EXPECT_EQ(stages_.sampling().dispatcher().in_flight(), 2u) << "tasks 1 (ready) and 2";
+  EXPECT_TRUE(stage_.failures.empty());
+}
+
+TEST_F(StageActorsTest, AWorkerThatDiesIsRetiredFromTheSamplerOnTheStrand) {
+  begin(6);
+  stage_.taken.clear();
+  {
+    const auto lock = stages_.enter();
+    stages_.send(stages_.link(0), down_atom::value, uint32_t{1}, WorkerExit{});
+    stages_.run();
+  }
+  EXPECT_EQ(stage_.taken, (std::vector<std::string>{"worker 0 down 1"}));
+  EXPECT_FALSE(stages_.sampling().dispatcher().is_active(0));
+  EXPECT_TRUE(stages_.sampling().dispatcher().is_active(1));
+}
+
+TEST_F(StageActorsTest, AfterStopNoLinkIsReachableAndADeliveryGoesNowhere) {
+  begin(2);
+  const auto lock = stages_.enter();
+  stages_.stop();
+  EXPECT_FALSE(stages_.link(0));
+  stages_.deliver(0, result(0, 0));  // dropped, no crash
+  stages_.run();
+  EXPECT_TRUE(stages_.handoff().empty());
 }
 
 }  // namespace
