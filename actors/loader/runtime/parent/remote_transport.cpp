@@ -206,6 +206,14 @@ struct RemoteTransport::Inbox {
   /// What a bulk-stream frame of incarnation `gen` says (the events a session sends on
   /// its bulk stream, in order with its replies; without one they come as messages).
   void bulk(uint32_t gen, BulkFrame& f) {
+    try {
+      bulk_event(gen, f);
+    } catch (const std::exception& e) {  // as a local worker's frame: the worker fails
+      unreadable(gen, std::string("a frame the main process cannot read (") + frame_type_name(f.type) + "): " +
+                          e.what());
+    }
+  }
+  void bulk_event(uint32_t gen, BulkFrame& f) {
     switch (f.type) {
       case FrameType::RemoteReply: {
         result_msg m{f.reply.task, std::move(f.reply), -1};
