@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "deterministic_system.h"
+#include "null_transport.h"
 #include "loader/error.h"
 #include "loader/runtime/parent/batch_delivery.h"
 #include "loader/runtime/parent/slab_store.h"
@@ -31,30 +32,16 @@ namespace {
 
 /// A worker's transport without shared memory: tasks recorded, results published by
 /// the test, taken by the delivery.
-class QueueTransport final : public WorkerTransport {
+class QueueTransport final : public NullTransport<> {
  public:
-  bool shares_memory() const override { return false; }
-  void start(uint32_t) override {}
-  void stop() override {}
-  void say_shutdown() override {}
   void flush() override {
     ++flushes;
     dirty_ = false;
   }
-  void watch(const Liveness&, std::chrono::milliseconds, std::chrono::milliseconds) override {}
-  int pid() const override { return -1; }
-  void reset(uint32_t) override {}
-  void prepare(std::string) override {}
-  void init(std::string) override {}
-  void set_rng(uint64_t, std::string) override {}
-  void task_seeds(const TaskSeeds&) override {}
-  void restart_stream() override {}
-  void resume_stream(const StreamResume&) override {}
   void send_task(uint64_t task, uint64_t, const IndexBatch&) override {
     tasks.push_back(task);
     dirty_ = true;
   }
-  void use_slab(uint64_t, uint64_t) override {}
   bool dirty() const override { return dirty_; }
   size_t take_results(const std::function<void(WorkerReply&&)>& sink) override {
     if (unreadable) throw RuntimeError("worker 1's result ring holds a frame of unknown type 99");
@@ -66,10 +53,6 @@ class QueueTransport final : public WorkerTransport {
     }
     return n;
   }
-  std::optional<std::string> state_before(uint64_t, uint64_t) const override { return std::nullopt; }
-  std::optional<uint64_t> last_started() const override { return std::nullopt; }
-  std::optional<std::pair<uint64_t, std::string>> last_state() const override { return std::nullopt; }
-  void carry_state(uint64_t, const std::string&) override {}
 
   std::vector<uint64_t> tasks;       ///< tasks sent, in order
   std::deque<WorkerReply> published;  ///< results waiting to be taken

@@ -14,6 +14,7 @@
 
 #include "loader/error.h"
 #include "loader/runtime/parent/slot_placement.h"
+#include "null_transport.h"
 #include "loader/warnings.h"
 
 namespace loader::runtime {
@@ -27,79 +28,46 @@ struct Journal {
   std::vector<std::string> moves;  ///< the worker stage's set_transport calls ("1 -> remote1@b:2")
 };
 
-class FakeTransport : public WorkerTransport {
+/// Journals start, stop and say_shutdown as "<where> <call>"; start() throws when the
+/// journal refuses refusal_key().
+template <class Base>
+class Recording : public NullTransport<Base> {
  public:
-  FakeTransport(std::string name, Journal& j) : name_(std::move(name)), j_(j) {}
+  Recording(std::string name, Journal& j) : name_(std::move(name)), j_(j) {}
   virtual std::string where() const { return name_; }
-  bool shares_memory() const override { return true; }
   void start(uint32_t gen) override {
     j_.calls.push_back(where() + " start " + std::to_string(gen));
-    if (j_.refuse.count(where()) || j_.refuse.count(name_)) throw RuntimeError(where() + " refused");
+    if (j_.refuse.count(refusal_key())) throw RuntimeError(refusal());
   }
   void stop() override { j_.calls.push_back(where() + " stop"); }
   void say_shutdown() override { j_.calls.push_back(where() + " say_shutdown"); }
-  void flush() override {}
-  void watch(const Liveness&, std::chrono::milliseconds, std::chrono::milliseconds) override {}
-  int pid() const override { return -1; }
-  void reset(uint32_t) override {}
-  void prepare(std::string) override {}
-  void init(std::string) override {}
-  void set_rng(uint64_t, std::string) override {}
-  void task_seeds(const TaskSeeds&) override {}
-  void restart_stream() override {}
-  void resume_stream(const StreamResume&) override {}
-  void send_task(uint64_t, uint64_t, const IndexBatch&) override {}
-  void use_slab(uint64_t, uint64_t) override {}
-  bool dirty() const override { return false; }
-  size_t take_results(const std::function<void(WorkerReply&&)>&) override { return 0; }
-  std::optional<std::string> state_before(uint64_t, uint64_t) const override { return std::nullopt; }
-  std::optional<uint64_t> last_started() const override { return std::nullopt; }
-  std::optional<std::pair<uint64_t, std::string>> last_state() const override { return std::nullopt; }
-  void carry_state(uint64_t, const std::string&) override {}
 
  protected:
+  virtual std::string refusal_key() const { return name_; }
+  virtual std::string refusal() const { return where() + " refused"; }
   std::string name_;
   Journal& j_;
 };
 
-class FakeHosted final : public HostedTransport {
+class FakeTransport final : public Recording<WorkerTransport> {
+ public:
+  using Recording::Recording;
+  bool shares_memory() const override { return true; }
+};
+
+class FakeHosted final : public Recording<HostedTransport> {
  public:
   FakeHosted(std::string name, HostPort home, Journal& j)
-      : name_(std::move(name)), home_(std::move(home)), target_(home_), j_(j) {}
-  std::string where() const { return name_ + "@" + target_.text(); }
-  bool shares_memory() const override { return false; }
-  void start(uint32_t gen) override {
-    j_.calls.push_back(where() + " start " + std::to_string(gen));
-    if (j_.refuse.count(target_.text())) throw RuntimeError(target_.text() + " cannot be reached");
-  }
-  void stop() override { j_.calls.push_back(where() + " stop"); }
-  void say_shutdown() override { j_.calls.push_back(where() + " say_shutdown"); }
-  void flush() override {}
-  void watch(const Liveness&, std::chrono::milliseconds, std::chrono::milliseconds) override {}
-  int pid() const override { return -1; }
-  void reset(uint32_t) override {}
-  void prepare(std::string) override {}
-  void init(std::string) override {}
-  void set_rng(uint64_t, std::string) override {}
-  void task_seeds(const TaskSeeds&) override {}
-  void restart_stream() override {}
-  void resume_stream(const StreamResume&) override {}
-  void send_task(uint64_t, uint64_t, const IndexBatch&) override {}
-  void use_slab(uint64_t, uint64_t) override {}
-  bool dirty() const override { return false; }
-  size_t take_results(const std::function<void(WorkerReply&&)>&) override { return 0; }
-  std::optional<std::string> state_before(uint64_t, uint64_t) const override { return std::nullopt; }
-  std::optional<uint64_t> last_started() const override { return std::nullopt; }
-  std::optional<std::pair<uint64_t, std::string>> last_state() const override { return std::nullopt; }
-  void carry_state(uint64_t, const std::string&) override {}
+      : Recording(std::move(name), j), home_(std::move(home)), target_(home_) {}
+  std::string where() const override { return name_ + "@" + target_.text(); }
   void retarget(const HostPort& a) override { target_ = a; }
   const HostPort& target() const override { return target_; }
   const HostPort& home() const override { return home_; }
 
  private:
-  std::string name_;
+  std::string refusal_key() const override { return target_.text(); }
+  std::string refusal() const override { return target_.text() + " cannot be reached"; }
   HostPort home_, target_;
-  Journal& j_;
 };
 
 /// Names the transport a slot is on, as the journal writes it.

@@ -308,7 +308,6 @@ uint64_t Pipeline::begin_epoch_locked(std::optional<TaskSource> source, bool res
   stages_->reordering().reset(first_task, config_.in_order);
   stages_->handoff().restart(first_task);
   pool_.fatal.reset();
-  stopped_ = false;
   delivery_->begin_epoch_locked(std::chrono::steady_clock::now());
   slabs_->new_window();
   slab_grown_at_begin_ = slabs_->stats().grown;
@@ -393,7 +392,6 @@ void Pipeline::notify_locked() {
 void Pipeline::end_epoch(uint64_t epoch) {
   const auto lock = stages_->enter();
   if (epoch != pool_.epoch) return;  // already ended, or replaced by a newer epoch
-  stopped_ = true;
   stages_->sampling().halt();  // no more sampler draws
   next_task_ = next_first_task_locked();
   delivery_->release_undelivered_locked();

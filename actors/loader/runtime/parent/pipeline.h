@@ -309,7 +309,6 @@ class Pipeline final : public LinkEvents,
   PoolEpoch pool_;                 ///< closed, the running epoch, its first task, its fatal error
   uint64_t epochs_started_ = 0;
   uint64_t next_task_ = 0;         ///< task ids are unique across epochs
-  bool stopped_ = false;
   uint64_t slab_grown_at_begin_ = 0;  ///< SlabStore::stats().grown as the epoch began
   /// num_workers = auto (null otherwise): the slots the tuner wants running, the
   /// prefetch depth, this epoch's decisions (on the strand) and the tuner (observe: the

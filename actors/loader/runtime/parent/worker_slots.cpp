@@ -4,7 +4,6 @@
 
 #include "loader/error.h"
 #include "loader/runtime/parent/slab_store.h"
-#include "loader/runtime/frames.h"
 
 namespace loader::runtime {
 
