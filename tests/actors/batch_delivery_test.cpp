@@ -101,10 +101,12 @@ class BatchDeliveryTest : public ::testing::Test,
     const auto lock = stages_->enter();
     std::vector<int64_t> idx;
     for (int64_t i = 0; i < batches; ++i) idx.push_back(i);
-    stages_->sampling().begin(TaskSource(std::make_shared<BatchSampler>(idx, 1, false), nullptr), false,
-                              TaskDispatcher(kWorkers, kPrefetch, 0, true, 0));
-    stages_->reordering().reset(0, true);
-    stages_->handoff().restart(0);
+    stages_->send(stages_->sampler(), begin_atom::value,
+                  std::make_shared<SamplerBegin>(SamplerBegin{
+                      TaskSource(std::make_shared<BatchSampler>(idx, 1, false), nullptr), false,
+                      TaskDispatcher(kWorkers, kPrefetch, 0, true, 0)}));
+    stages_->send(stages_->reorder(), begin_atom::value, uint64_t{0}, true);
+    stages_->send(stages_->pin(), begin_atom::value, uint64_t{0});
     slots_->set_epoch(1);
     pool_.epoch = 1;
     pool_.first_task = 0;

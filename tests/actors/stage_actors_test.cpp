@@ -10,6 +10,7 @@
 #include <caf/scheduler/test_coordinator.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,16 +56,25 @@ task_sink::behavior_type recording_sink(task_sink::pointer, std::vector<task_msg
   return {[out](task_msg& t) { out->push_back(std::move(t)); }};
 }
 pin_actor::behavior_type recording_pin(pin_actor::pointer, Recorded* out) {
-  return {[out](result_msg& r) { out->results.push_back(std::move(r)); }};
+  return {
+      [out](result_msg& r) { out->results.push_back(std::move(r)); },
+      [out](begin_atom, uint64_t t) { out->events.push_back("begin " + std::to_string(t)); },
+      [out](drop_atom) { out->events.push_back("drop"); },
+      [out](take_atom, PinTake) { out->events.push_back("take"); },
+  };
 }
 reorder_actor::behavior_type recording_reorder(reorder_actor::pointer, Recorded* out) {
   return {
       [out](result_msg& r) { out->results.push_back(std::move(r)); },
       [out](skip_atom, uint64_t task) { out->events.push_back("skip " + std::to_string(task)); },
+      [out](begin_atom, uint64_t t, bool) { out->events.push_back("begin " + std::to_string(t)); },
+      [out](drop_atom) { out->events.push_back("drop"); },
   };
 }
 sampler_actor::behavior_type recording_sampler(sampler_actor::pointer, Recorded* out) {
   return {
+      [out](begin_atom, sampler_begin&) { out->events.push_back("begin"); },
+      [out](halt_atom) { out->events.push_back("halt"); },
       [out](credit_atom, int32_t w, uint64_t t) {
         out->events.push_back("credit " + std::to_string(w) + " " + std::to_string(t));
       },
@@ -138,7 +148,7 @@ class StageActorTest : public ::testing::Test {
 TEST_F(StageActorTest, TheReorderActorGivenResults312EmitsThemAs123) {
   ReorderBuffer<result_msg> buffer(/*first_task=*/1, /*in_order=*/true);
   auto pin = keep(sys_.spawn(recording_pin, &rec_));
-  auto reorder = keep(spawn_reorder_actor(sys_, &buffer, pin, &stage_));
+  auto reorder = keep(spawn_reorder_actor(sys_, &buffer, pin, nullptr, &stage_));
   caf::anon_send(reorder, result(3, 1));
   sched_.run();
   EXPECT_TRUE(rec_.results.empty()) << "task 3 waits for 1 and 2";
@@ -159,7 +169,7 @@ TEST_F(StageActorTest, TheReorderActorGivenResults312EmitsThemAs123) {
 TEST_F(StageActorTest, TheReorderActorMovesPastASkippedTaskAndOutOfOrderReleasesAtOnce) {
   ReorderBuffer<result_msg> buffer(0, true);
   auto pin = keep(sys_.spawn(recording_pin, &rec_));
-  auto reorder = keep(spawn_reorder_actor(sys_, &buffer, pin, &stage_));
+  auto reorder = keep(spawn_reorder_actor(sys_, &buffer, pin, nullptr, &stage_));
   caf::anon_send(reorder, result(1, 1));
   caf::anon_send(reorder, skip_atom::value, uint64_t{0});
   sched_.run();
@@ -169,7 +179,7 @@ TEST_F(StageActorTest, TheReorderActorMovesPastASkippedTaskAndOutOfOrderReleases
   Recorded unordered;
   ReorderBuffer<result_msg> completion(0, /*in_order=*/false);
   auto pin2 = keep(sys_.spawn(recording_pin, &unordered));
-  auto reorder2 = keep(spawn_reorder_actor(sys_, &completion, pin2, &stage_));
+  auto reorder2 = keep(spawn_reorder_actor(sys_, &completion, pin2, nullptr, &stage_));
   caf::anon_send(reorder2, result(2, 0));
   caf::anon_send(reorder2, result(0, 0));
   sched_.run();
@@ -315,7 +325,7 @@ TEST_F(StageActorTest, ALinkTakesItsWorkersEventsDropsAnOlderIncarnationsAndReti
 
 TEST_F(StageActorTest, ThePinActorHandsOverWhatItReceivesInOrder) {
   Handoff handoff;
-  auto pin = keep(spawn_pin_actor(sys_, &handoff, nullptr, &stage_));
+  auto pin = keep(spawn_pin_actor(sys_, &handoff, nullptr, sampler_actor{}, &stage_));
   result_msg error = result(4, 0);
   error.batch.kind = WorkerReply::Kind::Error;
   error.batch.error_type = "ValueError";
@@ -335,6 +345,49 @@ TEST_F(StageActorTest, ThePinActorHandsOverWhatItReceivesInOrder) {
   EXPECT_EQ(handoff.taken(), 2u);
 }
 
+TEST_F(StageActorTest, ThePinActorAnswersATakeWithTheOldestResultAndSendsItsCreditToTheSampler) {
+  Handoff handoff;
+  auto sampler = keep(sys_.spawn(recording_sampler, &rec_));
+  auto pin = keep(spawn_pin_actor(sys_, &handoff, nullptr, sampler, &stage_));
+  caf::anon_send(pin, begin_atom::value, uint64_t{3});
+  caf::anon_send(pin, result(3, 1, "three"));
+  caf::anon_send(pin, result(4, 0, "four"));
+  std::optional<HandedOver> taken;
+  caf::anon_send(pin, take_atom::value, PinTake{&taken});
+  sched_.run();
+  ASSERT_TRUE(taken);
+  EXPECT_EQ(taken->result.batch.payload, "three");
+  EXPECT_EQ(rec_.events, (std::vector<std::string>{"credit 1 3"}));
+  EXPECT_EQ(handoff.lowest_not_taken(), 4u);
+  // The epoch ends: what was not taken goes; a take then gets nothing, and no credit.
+  caf::anon_send(pin, drop_atom::value);
+  caf::anon_send(pin, take_atom::value, PinTake{&taken});
+  sched_.run();
+  EXPECT_FALSE(taken);
+  EXPECT_TRUE(handoff.empty());
+  EXPECT_EQ(handoff.taken(), 1u) << "what was taken stays counted until the next begin";
+  EXPECT_EQ(rec_.events.size(), 1u);
+  caf::anon_send(pin, begin_atom::value, uint64_t{10});
+  sched_.run();
+  EXPECT_EQ(handoff.taken(), 0u);
+  EXPECT_EQ(handoff.lowest_not_taken(), 10u);
+}
+
+TEST_F(StageActorTest, TheReorderActorBeginsAnEpochAndDropsWhatItHolds) {
+  ReorderBuffer<result_msg> buffer(0, true);
+  auto pin = keep(sys_.spawn(recording_pin, &rec_));
+  auto reorder = keep(spawn_reorder_actor(sys_, &buffer, pin, nullptr, &stage_));
+  caf::anon_send(reorder, begin_atom::value, uint64_t{5}, true);
+  caf::anon_send(reorder, result(6, 0));
+  sched_.run();
+  EXPECT_EQ(buffer.buffered(), 1u) << "task 6 waits for 5";
+  caf::anon_send(reorder, drop_atom::value);
+  sched_.run();
+  EXPECT_EQ(buffer.buffered(), 0u);
+  EXPECT_EQ(buffer.next_expected(), 5u) << "a drop keeps the order where it was";
+  EXPECT_TRUE(rec_.results.empty());
+}
+
 // ---------------------------------------------------------------- the whole graph on its strand
 
 /// StageActors: the sampler, two links, the reorder and the pin actor of one pool, run
@@ -350,10 +403,12 @@ class StageActorsTest : public ::testing::Test {
   void begin(int64_t n) {
     const auto lock = stages_.enter();
     std::vector<int64_t> idx = iota(n);
-    stages_.sampling().begin(TaskSource(std::make_shared<BatchSampler>(idx, 1, false), nullptr), false,
-                             TaskDispatcher(2, 1, 0, true, 0));
-    stages_.reordering().reset(0, true);
-    stages_.handoff().restart(0);
+    stages_.send(stages_.sampler(), begin_atom::value,
+                 std::make_shared<SamplerBegin>(SamplerBegin{
+                     TaskSource(std::make_shared<BatchSampler>(idx, 1, false), nullptr), false,
+                     TaskDispatcher(2, 1, 0, true, 0)}));
+    stages_.send(stages_.reorder(), begin_atom::value, uint64_t{0}, true);
+    stages_.send(stages_.pin(), begin_atom::value, uint64_t{0});
     stages_.send(stages_.sampler(), dispatch_atom::value, int32_t{100});
     stages_.run();
   }
@@ -374,11 +429,10 @@ TEST_F(StageActorsTest, TasksReachTheLinksOnTheStrandAndResultsReachTheHandoffIn
     stages_.run();
     ASSERT_EQ(stages_.handoff().size(), 2u);
     EXPECT_EQ(stages_.handoff().front_task(), 0u);
-    // The application takes task 0: its credit back, worker 0's next task goes out.
-    auto taken = stages_.handoff().take();
+    // The application takes task 0 (the pin stage's answer): its credit goes back from
+    // the pin stage, worker 0's next task goes out in the same run.
+    auto taken = stages_.take();
     ASSERT_TRUE(taken);
-    stages_.send(stages_.sampler(), credit_atom::value, int32_t{0}, uint64_t{0});
-    stages_.run();
   }
   EXPECT_EQ(stage_.taken.back(), "worker 0 task 2");
   EXPECT_EQ(stages_.sampling().dispatcher().in_flight(), 2u) << "tasks 1 (ready) and 2";
@@ -396,6 +450,30 @@ TEST_F(StageActorsTest, AWorkerThatDiesIsRetiredFromTheSamplerOnTheStrand) {
   EXPECT_EQ(stage_.taken, (std::vector<std::string>{"worker 0 down 1"}));
   EXPECT_FALSE(stages_.sampling().dispatcher().is_active(0));
   EXPECT_TRUE(stages_.sampling().dispatcher().is_active(1));
+}
+
+TEST_F(StageActorsTest, AHaltedSamplerSendsNoTaskForACreditAndADropEmptiesTheReorderAndPinStages) {
+  begin(6);
+  stage_.taken.clear();
+  const auto lock = stages_.enter();
+  stages_.deliver(1, result(1, 1));  // held by the reorder stage (task 0 first)
+  stages_.deliver(0, result(0, 0));
+  stages_.run();
+  ASSERT_EQ(stages_.handoff().size(), 2u);
+  stages_.send_urgent(stages_.sampler(), halt_atom::value);
+  stages_.run();
+  auto taken = stages_.take();  // its credit reaches a halted sampler: nothing goes out
+  ASSERT_TRUE(taken);
+  EXPECT_TRUE(stage_.taken.empty());
+  stages_.deliver(1, result(3, 1));  // task 2 is missing: task 3 waits in the reorder stage
+  stages_.run();
+  EXPECT_EQ(stages_.reordering().buffered(), 1u);
+  stages_.send(stages_.reorder(), drop_atom::value);
+  stages_.send(stages_.pin(), drop_atom::value);
+  stages_.run();
+  EXPECT_EQ(stages_.reordering().buffered(), 0u);
+  EXPECT_TRUE(stages_.handoff().empty());
+  EXPECT_FALSE(stages_.take());
 }
 
 TEST_F(StageActorsTest, AfterStopNoLinkIsReachableAndADeliveryGoesNowhere) {

@@ -48,6 +48,17 @@ class InlineExecutor final : public caf::execution_unit {
     if (dest) dest->eq_impl(caf::make_message_id(), nullptr, this, std::forward<Ts>(xs)...);
   }
 
+  /// As send(), with high priority: `dest` handles it before the normal messages its
+  /// mailbox holds.
+  template <class Dest, class... Ts>
+  void send_urgent(const Dest& dest, Ts&&... xs) {
+    static_assert(sizeof...(Ts) > 0, "no message to send");
+    using token = caf::detail::type_list<caf::detail::strip_and_convert_t<Ts>...>;
+    static_assert(caf::response_type_unbox<caf::signatures_of_t<Dest>, token>::valid,
+                  "receiver does not accept given message");
+    if (dest) dest->eq_impl(caf::make_message_id(caf::message_priority::high), nullptr, this, std::forward<Ts>(xs)...);
+  }
+
   /// Resumes the actors scheduled here until none is; returns how many activations ran.
   size_t run();
 

@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -227,7 +228,7 @@ using link_actor = caf::typed_actor<
                    bool /*has state*/, std::string /*state*/>,
     caf::reacts_to<down_atom, uint32_t /*gen*/, WorkerExit>>;
 
-/// application thread (Pipeline::next, the result of `task` from `worker` taken) ->
+/// pin (the application took the result of `task` from `worker`: take_atom) ->
 /// sampler: the task is done and its credit comes back.
 using credit_atom = caf::atom_constant<caf::atom("credit")>;
 /// link k -> sampler: worker k's iterable stream ran dry at task `task` (no result:
@@ -245,9 +246,35 @@ using tune_atom = caf::atom_constant<caf::atom("tune")>;
 /// moves past it.
 using skip_atom = caf::atom_constant<caf::atom("skip")>;
 
+/// Pipeline -> sampler: an epoch begins (its index stream and credits, SamplerBegin);
+/// Pipeline -> reorder: an epoch whose first task is `first_task` begins, nothing held;
+/// Pipeline -> pin: the same (nothing held or taken).
+using begin_atom = caf::atom_constant<caf::atom("begin")>;
+/// Pipeline -> sampler: hand out no more tasks (the epoch ended or failed, the pool closed).
+using halt_atom = caf::atom_constant<caf::atom("halt")>;
+/// Pipeline -> reorder, pin: forget every result held (an epoch ended): each one's slab
+/// goes back to the SlabStore; the order stays where it was.
+using drop_atom = caf::atom_constant<caf::atom("drop")>;
+/// application thread (BatchDelivery::next) -> pin: the next result, answered into the
+/// request's slot (PinTake) while the same strand run goes on; its credit goes back to
+/// the sampler from the pin stage.
+using take_atom = caf::atom_constant<caf::atom("take")>;
+
+struct SamplerBegin;
+struct HandedOver;
+/// What begin_atom carries to the sampler (a TaskSource cannot be copied: shared, local only).
+using sampler_begin = std::shared_ptr<SamplerBegin>;
+/// Where the pin stage answers a take: the application thread's slot, filled while the
+/// strand runs on that thread (local only).
+struct PinTake {
+  std::optional<HandedOver>* out = nullptr;
+};
+
 /// The sampler stage: TaskSource + TaskDispatcher (credits, PyTorch's round robin,
 /// the in_order=false capacity rule).  It sends `task_msg` to task sinks.
 using sampler_actor = caf::typed_actor<
+    caf::reacts_to<begin_atom, sampler_begin>,
+    caf::reacts_to<halt_atom>,
     caf::reacts_to<credit_atom, int32_t /*worker*/, uint64_t /*task*/>,
     caf::reacts_to<dry_atom, int32_t /*worker*/, uint64_t /*task*/>,
     caf::reacts_to<retire_atom, int32_t /*worker*/>,
@@ -255,11 +282,14 @@ using sampler_actor = caf::typed_actor<
     caf::reacts_to<tune_atom, int32_t /*worker*/, bool /*active*/, uint64_t /*max_in_flight*/>>;
 
 /// The reorder stage: results leave in task order (in_order) or as they come.
-using reorder_actor = caf::typed_actor<caf::reacts_to<result_msg>, caf::reacts_to<skip_atom, uint64_t /*task*/>>;
+using reorder_actor = caf::typed_actor<caf::reacts_to<result_msg>, caf::reacts_to<skip_atom, uint64_t /*task*/>,
+                                       caf::reacts_to<begin_atom, uint64_t /*first task*/, bool /*in_order*/>,
+                                       caf::reacts_to<drop_atom>>;
 
 /// The pin-memory stage: hands each result over to the application, its slab
 /// page-locked (a slab is pinned once, when made: SlabStore).
-using pin_actor = caf::typed_actor<caf::reacts_to<result_msg>>;
+using pin_actor = caf::typed_actor<caf::reacts_to<result_msg>, caf::reacts_to<begin_atom, uint64_t /*first task*/>,
+                                   caf::reacts_to<drop_atom>, caf::reacts_to<take_atom, PinTake>>;
 
 // ---------------------------------------------------------------- main process control
 
@@ -291,3 +321,6 @@ using slot_actor = caf::typed_actor<
 using pool_actor = caf::typed_actor<caf::reacts_to<tick_atom>, caf::reacts_to<autotune_atom>>;
 
 }  // namespace loader::runtime
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(loader::runtime::sampler_begin)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(loader::runtime::PinTake)

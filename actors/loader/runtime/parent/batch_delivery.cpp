@@ -26,13 +26,10 @@ void BatchDelivery::first_tasks_out_locked(uint64_t in_flight) {
 }
 
 void BatchDelivery::release_undelivered_locked() {
-  auto& buffer = stages_.reordering();
-  buffer.for_each_buffered([&](uint64_t, const result_msg& r) {
-    if (r.batch.slab) slabs_.release(r.worker, r.batch.slab);
-  });
-  buffer.reset(buffer.next_expected(), buffer.in_order());
-  for (auto& h : stages_.handoff().clear())
-    if (h.result.batch.slab) slabs_.release(h.result.worker, h.result.batch.slab);
+  // The reorder and pin stages drop what they hold, each result's slab going back.
+  stages_.send(stages_.reorder(), drop_atom::value);
+  stages_.send(stages_.pin(), drop_atom::value);
+  actions_.run_stages_locked();
 }
 
 uint64_t BatchDelivery::next_for_application_locked() const {
@@ -111,8 +108,8 @@ Delivery BatchDelivery::hand_over(HandedOver& handed, uint64_t ready_before) {
     d.pinned = handed.pinned;
     if (d.worker >= 0 && d.worker < workers_.size()) workers_.delivered(d.worker);
   }
-  // Its credit goes back to the sampler, whose next task goes out at once.
-  stages_.send(stages_.sampler(), credit_atom::value, static_cast<int32_t>(d.worker), d.task);
+  // Its credit went back to the sampler with the take (the pin stage sent it), and the
+  // sampler's next task went out in that run; a sampler that failed there fails the epoch.
   actions_.run_stages_locked();
   if (stats_recording())
     occupancy_.see(std::chrono::steady_clock::now(), stages_.sampling().dispatcher().in_flight(), ready_before);
@@ -134,7 +131,7 @@ Delivery BatchDelivery::next(uint64_t epoch, std::optional<std::chrono::steady_c
     if (pool_.fatal) return *pool_.fatal;
     if (!stages_.sampling().active()) return Delivery{};
     const uint64_t ready_before = stats_recording() ? stages_.reordering().buffered() + stages_.handoff().size() : 0;
-    if (auto handed = stages_.handoff().take()) {
+    if (auto handed = stages_.handoff().empty() ? std::nullopt : stages_.take()) {
       if (waited)
         wait_ns_ += static_cast<uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wait_began).count());

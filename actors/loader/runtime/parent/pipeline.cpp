@@ -288,7 +288,6 @@ uint64_t Pipeline::begin_epoch_locked(std::optional<TaskSource> source, bool res
   delivery_->release_undelivered_locked();
   ++epochs_started_;
   pool_.epoch = epochs_started_;
-  SamplerStage& sampling = stages_->sampling();
   next_task_ = next_first_task_locked();
   const uint64_t first_task = next_task_;
   pool_.first_task = first_task;
@@ -304,9 +303,14 @@ uint64_t Pipeline::begin_epoch_locked(std::optional<TaskSource> source, bool res
     dispatcher.set_max_in_flight(tuning_->max_in_flight());
     tuning_->begin_epoch();
   }
-  sampling.begin(std::move(source), iterable_, std::move(dispatcher));
-  stages_->reordering().reset(first_task, config_.in_order);
-  stages_->handoff().restart(first_task);
+  for (int w = 0; w < num_workers(); ++w)
+    if (workers_->dead(w)) dispatcher.deactivate(w);
+  // The epoch begins in each stage, as a message to its actor (they run at once).
+  stages_->send(stages_->sampler(), begin_atom::value,
+                std::make_shared<SamplerBegin>(SamplerBegin{std::move(source), iterable_, std::move(dispatcher)}));
+  stages_->send(stages_->reorder(), begin_atom::value, first_task, config_.in_order);
+  stages_->send(stages_->pin(), begin_atom::value, first_task);
+  run_stages_locked();
   pool_.fatal.reset();
   delivery_->begin_epoch_locked(std::chrono::steady_clock::now());
   slabs_->new_window();
@@ -321,8 +325,8 @@ uint64_t Pipeline::begin_epoch_locked(std::optional<TaskSource> source, bool res
   }
   for (int w = 0; w < num_workers(); ++w) {
     if (workers_->dead(w)) {
-      // A dead worker stays dead: every later epoch gets its error at once.
-      sampling.dispatcher().deactivate(w);
+      // A dead worker stays dead (it got no credits above): every later epoch gets its
+      // error at once.
       if (!pool_.fatal) set_fatal_locked(workers_->fatal_type(w), workers_->fatal_message(w), w);
       continue;
     }
@@ -371,6 +375,13 @@ void Pipeline::send_first_tasks(uint64_t id) {
   }
 }
 
+void Pipeline::halt_sampler_locked() {
+  // Urgent: the sampler handles it before any message already in its mailbox (a stage
+  // that fails the epoch while the strand runs: the strand's outer run takes it next).
+  stages_->send_urgent(stages_->sampler(), halt_atom::value);
+  stages_->run();
+}
+
 void Pipeline::run_stages_locked() {
   stages_->run();
   const auto& failure = stages_->sampling().failure();
@@ -392,7 +403,7 @@ void Pipeline::notify_locked() {
 void Pipeline::end_epoch(uint64_t epoch) {
   const auto lock = stages_->enter();
   if (epoch != pool_.epoch) return;  // already ended, or replaced by a newer epoch
-  stages_->sampling().halt();  // no more sampler draws
+  halt_sampler_locked();  // no more sampler draws
   next_task_ = next_first_task_locked();
   delivery_->release_undelivered_locked();
   pool_.epoch = 0;  // results still to come are stale: their slabs come back
@@ -471,7 +482,7 @@ void Pipeline::shutdown() {
   placement_->stop_all();
   const auto lock = stages_->enter();
   for (int w = 0; w < num_workers(); ++w) workers_->release_all(w);
-  stages_->sampling().halt();
+  halt_sampler_locked();
   delivery_->release_undelivered_locked();
 }
 
@@ -687,7 +698,7 @@ void Pipeline::worker_failed_locked(int worker, const std::string& type, const s
 
 void Pipeline::set_fatal_locked(const std::string& type, const std::string& message, int worker) {
   if (pool_.fatal) return;
-  stages_->sampling().halt();  // no task goes out after the epoch failed
+  halt_sampler_locked();  // no task goes out after the epoch failed
   Delivery f;
   f.kind = Delivery::Kind::Fatal;
   f.worker = worker;

@@ -269,6 +269,8 @@ class Pipeline final : public LinkEvents,
   /// On the strand (BatchDelivery::Pool): runs the stage actors until every mailbox is
   /// empty; a sampler that failed fails the epoch.
   void run_stages_locked() override;
+  /// Tells the sampler to hand out no more tasks (urgent: before what its mailbox holds).
+  void halt_sampler_locked();
   /// On the strand: worker `worker` is dead (`fatal` to its link: its tasks are
   /// answered, the sampler retires it, the epoch fails).
   void worker_failed_locked(int worker, const std::string& type, const std::string& message) override;

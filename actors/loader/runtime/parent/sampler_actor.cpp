@@ -35,6 +35,12 @@ sampler_actor::behavior_type sampler_behavior(sampler_pointer self, SamplerStage
   self->state.failures = failures;
   const std::string who = "the sampler actor";
   return {
+      [self, who](begin_atom, sampler_begin& b) {
+        stage_guarded(self->state.failures, who, "an epoch's begin", [&] {
+          self->state.stage->begin(std::move(b->source), b->iterable, std::move(b->dispatcher));
+        });
+      },
+      [self](halt_atom) { self->state.stage->halt(); },
       [self, who](credit_atom, int32_t worker, uint64_t task) {
         stage_guarded(self->state.failures, who, "a credit", [&] {
           if (!self->state.stage->active()) return;

@@ -14,8 +14,9 @@
 // count is known (total()).  A sampler that throws halts the stage and reports the
 // error once (failure()).
 //
-// Thread use: the strand of its pool (the sampler actor); the pipeline reads it
-// between two activations of the strand (position, stats), under the strand's lock.
+// Thread use: the strand of its pool: only the sampler actor's handlers change it (an
+// epoch's begin and halt come as messages too); the pipeline reads it (const) between
+// two activations of the strand (position, stats), under the strand's lock.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,14 @@
 #include "loader/runtime/protocol.h"
 
 namespace loader::runtime {
+
+/// An epoch's start as the sampler actor receives it (begin_atom): SamplerStage::begin's
+/// arguments.
+struct SamplerBegin {
+  std::optional<TaskSource> source;
+  bool iterable = false;
+  TaskDispatcher dispatcher;
+};
 
 class SamplerStage {
  public:

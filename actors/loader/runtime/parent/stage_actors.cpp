@@ -1,5 +1,7 @@
 #include "loader/runtime/parent/stage_actors.h"
 
+#include <stdexcept>
+
 #include "loader/runtime/parent/link_actor.h"
 #include "loader/runtime/parent/pin_actor.h"
 #include "loader/runtime/parent/reorder_actor.h"
@@ -10,12 +12,12 @@ namespace loader::runtime {
 StageActors::StageActors(caf::actor_system& sys, int workers, WorkerStage& stage, StageFailures& failures,
                          std::shared_ptr<SlabStore> slabs)
     : exec_(sys) {
-  // Downstream first: each actor is spawned with the handles it sends to.  The
-  // sampler's task sinks are the links, spawned after it (they tell it when a worker's
-  // stream ran dry).
-  pin_ = spawn_pin_actor(sys, &handoff_, std::move(slabs), &failures);
-  reorder_ = spawn_reorder_actor(sys, &reordering_, pin_, &failures);
+  // Each actor is spawned with the handles it sends to.  The sampler's task sinks are
+  // the links, spawned last (they tell it when a worker's stream ran dry, and pass
+  // results on to the reorder stage); the pin stage returns credits to the sampler.
   sampler_ = spawn_sampler_actor(sys, &sampling_, &links_, &failures);
+  pin_ = spawn_pin_actor(sys, &handoff_, slabs, sampler_, &failures);
+  reorder_ = spawn_reorder_actor(sys, &reordering_, pin_, std::move(slabs), &failures);
   for (int w = 0; w < workers; ++w) links_.push_back(make_link_actor(sys, w, &stage, &failures, sampler_, reorder_));
 }
 
@@ -30,6 +32,14 @@ link_actor StageActors::link(int worker) const {
 }
 
 StageActors::~StageActors() { stop(); }
+
+std::optional<HandedOver> StageActors::take() {
+  if (running_) throw std::logic_error("StageActors::take: called from a stage (the strand is running)");
+  std::optional<HandedOver> handed;
+  send(pin_, take_atom::value, PinTake{&handed});
+  run();
+  return handed;
+}
 
 void StageActors::run() {
   if (running_) return;  // the outer run() goes on with what was just scheduled

@@ -3,7 +3,8 @@
 //   sampler --task_msg--> link k --(task ring / socket)--> worker actor k
 //   worker actor k --(result ring / socket)--> link k --result_msg--> reorder
 //   link k --dry--> sampler                     reorder --result_msg--> pin
-//   pin --> Handoff --> application thread (BatchDelivery::next) --credit--> sampler
+//   application thread (BatchDelivery::next) --take--> pin --credit--> sampler
+//   (the taken result is the pin stage's answer, into the asking thread's slot)
 //
 // Each actor is a thin shell over a plain class: the sampler over SamplerStage, each
 // link over the worker stage's slot (WorkerStage: WorkerSlots), the reorder actor over
@@ -18,6 +19,10 @@
 // batch costs a few mailbox messages and no thread hand-off or wake-up
 // (docs/architecture.md has the figures).
 //
+// What changes a stage's state is a message to its actor (an epoch's begin and end,
+// halt, drop, the application's take: protocol.h); other code gets the plain classes
+// const only.
+//
 // Thread use: every method, and every message to these actors, with the strand
 // entered.  The pool reads the stages' plain classes between two run() calls.
 #pragma once
@@ -27,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +107,11 @@ class StageActors {
   void send(const Dest& dest, Ts&&... xs) {
     exec_.send(dest, std::forward<Ts>(xs)...);
   }
+  /// The same, handled before the normal messages in the actor's mailbox.
+  template <class Dest, class... Ts>
+  void send_urgent(const Dest& dest, Ts&&... xs) {
+    exec_.send_urgent(dest, std::forward<Ts>(xs)...);
+  }
   /// Runs the stages until none has a message left.  Re-entered (a stage calls back
   /// into the pipeline, which sends): returns at once, the outer run takes the rest.
   void run();
@@ -108,16 +119,21 @@ class StageActors {
   void stop();
 
   const sampler_actor& sampler() const { return sampler_; }
+  const reorder_actor& reorder() const { return reorder_; }
+  const pin_actor& pin() const { return pin_; }
+  /// The application's next result: the pin stage's answer to a `take` (its credit goes
+  /// on to the sampler, whose next task goes out in the same run), nullopt when it holds
+  /// none.  Runs the strand: not from a stage.  Strand entered.
+  std::optional<HandedOver> take();
   /// Worker `worker`'s link (0 <= worker < workers; a null handle after stop()).
   link_actor link(int worker) const;
   /// A result of `worker`, taken from the transport: to its link, which passes it on.
   void deliver(int worker, result_msg r);
 
-  SamplerStage& sampling() { return sampling_; }
+  /// The stages' plain classes, to read (position, stats, the delivery loop's tests):
+  /// only their actors' handlers change them.
   const SamplerStage& sampling() const { return sampling_; }
-  ReorderBuffer<result_msg>& reordering() { return reordering_; }
   const ReorderBuffer<result_msg>& reordering() const { return reordering_; }
-  Handoff& handoff() { return handoff_; }
   const Handoff& handoff() const { return handoff_; }
 
  private:
